@@ -1,0 +1,192 @@
+"""The resolved model: shape, parameter counts and FLOPs per token.
+
+Parameter counts follow the Megatron/Llama layer layout; FLOPs per token follow PaLM appendix B
+(6N + 12·L·h·s, no causal halving), counting the output layer but not the input embedding, as
+torchtitan does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solver.schema import ModelSpec
+
+_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_kv_heads",
+    "ffn_hidden_size",
+    "vocab_size",
+)
+
+
+@dataclass(frozen=True)
+class Arch:
+    """A transformer with every dimension known. Short names for the arithmetic."""
+
+    name: str
+    L: int  # layers
+    h: int  # hidden size
+    a: int  # query heads
+    kv: int  # key/value heads
+    f: int  # dense FFN width
+    V: int  # vocabulary
+    gated: bool
+    tied: bool
+    E: int = 0  # routed experts (0: dense)
+    top_k: int = 0
+    fe: int = 0  # expert FFN width
+    shared: int = 0  # shared experts
+    n_dense: int = 0  # leading dense layers of an MoE model
+
+    @property
+    def is_moe(self) -> bool:
+        return self.E > 0
+
+    @property
+    def head_dim(self) -> int:
+        return self.h // self.a
+
+    @property
+    def n_moe_layers(self) -> int:
+        return self.L - self.n_dense if self.is_moe else 0
+
+    @property
+    def n_dense_layers(self) -> int:
+        return self.n_dense if self.is_moe else self.L
+
+    # --- parameters -------------------------------------------------------------------
+    def mlp_params(self, width: int) -> int:
+        return (3 if self.gated else 2) * self.h * width
+
+    @property
+    def attn_params(self) -> int:
+        return 2 * self.h * self.h + 2 * self.h * self.kv * self.head_dim
+
+    @property
+    def dense_layer_params(self) -> int:
+        return self.attn_params + self.mlp_params(self.f) + 2 * self.h
+
+    @property
+    def moe_layer_dense_params(self) -> int:
+        """The part of an MoE layer that tp shards but ep does not: attention, shared, router."""
+        if not self.is_moe:
+            return 0
+        return (
+            self.attn_params + self.shared * self.mlp_params(self.fe) + self.h * self.E + 2 * self.h
+        )
+
+    @property
+    def moe_layer_expert_params(self) -> int:
+        return self.E * self.mlp_params(self.fe) if self.is_moe else 0
+
+    @property
+    def embed_params(self) -> int:
+        return self.V * self.h
+
+    @property
+    def head_params(self) -> int:
+        """Output layer (zero extra storage if tied and on the same stage) plus final norm."""
+        return self.V * self.h + self.h
+
+    @property
+    def total_params(self) -> int:
+        layers = self.n_dense_layers * self.dense_layer_params + self.n_moe_layers * (
+            self.moe_layer_dense_params + self.moe_layer_expert_params
+        )
+        out = self.h if self.tied else self.head_params
+        return layers + self.embed_params + out
+
+    @property
+    def active_params(self) -> int:
+        if not self.is_moe:
+            return self.total_params
+        moe_active = self.moe_layer_dense_params + self.top_k * self.mlp_params(self.fe)
+        out = self.h if self.tied else self.head_params
+        return (
+            self.n_dense_layers * self.dense_layer_params
+            + self.n_moe_layers * moe_active
+            + self.embed_params
+            + out
+        )
+
+    # --- FLOPs (forward + backward = 3 x forward = 6 per MAC-param) ----------------------
+    def layer_flops_per_token(self, s: int) -> float:
+        """Mean model FLOPs per token per layer, incl. attention scores 12·h·s (PaLM app. B)."""
+        dense = 6 * (self.attn_params + self.mlp_params(self.f))
+        attn = 12 * self.a * self.head_dim * s
+        if not self.is_moe:
+            return dense + attn
+        moe = 6 * (
+            self.attn_params
+            + (self.top_k + self.shared) * self.mlp_params(self.fe)
+            + self.h * self.E
+        )
+        return (self.n_dense_layers * dense + self.n_moe_layers * moe) / self.L + attn
+
+    @property
+    def head_flops_per_token(self) -> float:
+        return 6.0 * self.V * self.h
+
+    def model_flops_per_token(self, s: int) -> float:
+        """6·N_active (without the input embedding) + 12·L·h·s; no causal halving."""
+        return self.L * self.layer_flops_per_token(s) + self.head_flops_per_token
+
+    def attention_core_fwd_flops_per_token(self, s: int) -> float:
+        """QK^T and AV in the forward pass: what selective recomputation replays (Korthikanti)."""
+        return 4.0 * self.a * self.head_dim * s
+
+
+def resolve_model(spec: ModelSpec) -> Arch:
+    """A preset, an explicit shape, or a preset with explicit overrides -> Arch."""
+    base: dict = {}
+    name = "custom"
+    if spec.preset:
+        from solver.catalog import get_model
+
+        p = get_model(spec.preset)
+        name = p.name
+        base = {k: getattr(p, k) for k in _FIELDS}
+        base["gated_mlp"], base["tie_embeddings"], base["moe"] = (
+            p.gated_mlp,
+            p.tie_embeddings,
+            p.moe,
+        )
+    for k in (*_FIELDS, "gated_mlp", "tie_embeddings", "moe"):
+        v = getattr(spec, k)
+        if v is not None:
+            base[k] = v
+    missing = [k for k in _FIELDS if k not in base and k != "num_kv_heads"]
+    if missing:
+        raise ValueError(f"model.{missing[0]} is required when model.preset is not given")
+    base.setdefault("num_kv_heads", base["num_attention_heads"])
+    h, a, kv = base["hidden_size"], base["num_attention_heads"], base["num_kv_heads"]
+    if h % a:
+        raise ValueError(f"model.hidden_size ({h}) must be divisible by num_attention_heads ({a})")
+    if a % kv:
+        raise ValueError(
+            f"model.num_attention_heads ({a}) must be a multiple of num_kv_heads ({kv})"
+        )
+    moe = base.get("moe")
+    if moe is not None and moe.num_dense_layers >= base["num_layers"]:
+        raise ValueError(
+            f"model.moe.num_dense_layers ({moe.num_dense_layers}) must be below num_layers "
+            f"({base['num_layers']})"
+        )
+    return Arch(
+        name=name,
+        L=base["num_layers"],
+        h=h,
+        a=a,
+        kv=kv,
+        f=base["ffn_hidden_size"],
+        V=base["vocab_size"],
+        gated=base.get("gated_mlp") if base.get("gated_mlp") is not None else True,
+        tied=bool(base.get("tie_embeddings")),
+        E=moe.num_experts if moe else 0,
+        top_k=moe.top_k if moe else 0,
+        fe=moe.expert_ffn_hidden_size if moe else 0,
+        shared=moe.num_shared_experts if moe else 0,
+        n_dense=moe.num_dense_layers if moe else 0,
+    )

@@ -1,0 +1,150 @@
+"""CostModel: the compiled terms of one request and the float/integer scores of a point."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solver.arch import Arch
+from solver.costmodel.constants import Constants, load_constants
+from solver.costmodel.context import Ctx, reserve_default
+from solver.costmodel.memory import TENANTS, memory_terms
+from solver.costmodel.point import Point
+from solver.costmodel.terms import Compiled
+from solver.costmodel.timing import Rates, dp_terms, objective_terms
+from solver.hardware import Hardware
+from solver.results import MemoryBill, Performance, TimeBreakdown
+from solver.schema import Recompute, SearchSpec, TrainingSpec
+
+TIME_SCALE = 1e15  # objective unit: femtoseconds per token
+STAGES = ("first", "last")
+COMPONENTS = (
+    "compute",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_comm",
+    "dp_comm",
+    "bubble",
+    "optimizer",
+)
+
+
+@dataclass
+class StageMemory:
+    base: Compiled  # one group per term: tenant sums are exact
+    pairs: list[tuple[Compiled, Compiled]]  # only the smaller of each pair counts
+
+
+class CostModel:
+    """Memory and time of any point for one request (model, cluster, training, reserve)."""
+
+    def __init__(
+        self,
+        arch: Arch,
+        hw: Hardware,
+        training: TrainingSpec,
+        search: SearchSpec,
+        constants: Constants | None = None,
+    ) -> None:
+        self.arch, self.hw, self.training = arch, hw, training
+        self.ctx = Ctx(
+            arch,
+            hw,
+            training.seq_len,
+            training.precision,
+            constants or load_constants(),
+            reserve_default(search.memory_reserve_gib),
+            search.memory_fragmentation,
+        )
+        self.rates = Rates(self.ctx)
+        self.objective = Compiled.of(objective_terms(self.ctx, self.rates), TIME_SCALE, up=True)
+        self.dp: dict[int, tuple[Compiled, Compiled]] = {}
+        for z in range(4):
+            comm, credit = dp_terms(self.ctx, self.rates, z)
+            self.dp[z] = (
+                Compiled.of(comm, TIME_SCALE, up=True),
+                Compiled.of(credit, TIME_SCALE, up=False),
+            )
+        self.memory: dict[str, StageMemory] = {}
+        for st in STAGES:
+            terms, pairs = memory_terms(self.ctx, st)
+            self.memory[st] = StageMemory(
+                Compiled.of(terms, 1.0, up=True, merge=False),
+                [
+                    (Compiled.of([a], 1.0, True, False), Compiled.of([b], 1.0, True, False))
+                    for a, b in pairs
+                ],
+            )
+
+    @property
+    def budget(self) -> int:
+        return self.ctx.budget
+
+    # ---- integer form: what CP-SAT optimises and the oracle enumerates --------------------
+    def objective_int(self, p: Point) -> int:
+        comm, credit = self.dp[p.z]
+        return self.objective.value(p) + max(0, comm.value(p) - credit.value(p))
+
+    def tenants_int(self, p: Point, stage: str) -> dict[str, int]:
+        m = self.memory[stage]
+        out = dict.fromkeys(TENANTS, 0)
+        for k, v in m.base.by_name(p).items():
+            out[k] += v
+        for a, b in m.pairs:
+            out["activations"] += min(a.value(p), b.value(p))
+        return out
+
+    def stage_bytes(self, p: Point, stage: str) -> int:
+        return sum(self.tenants_int(p, stage).values())
+
+    def fits(self, p: Point) -> bool:
+        return all(self.stage_bytes(p, st) <= self.budget for st in STAGES)
+
+    # ---- float form: what a plan reports ------------------------------------------------
+    def time_per_token(self, p: Point) -> dict[str, float]:
+        """Seconds per token by component (the dp exposure is max(0, comm − credit))."""
+        out = dict.fromkeys(COMPONENTS, 0.0)
+        for g in self.objective.groups:
+            for t in g.terms:
+                out[t.name] += t.float_value(p)
+        comm, credit = self.dp[p.z]
+        out["dp_comm"] = max(0.0, comm.float_value(p) - credit.float_value(p))
+        return out
+
+    def tokens(self, p: Point) -> int:
+        return p.lay.dp * p.b * p.M * self.training.seq_len
+
+    def performance(self, p: Point) -> Performance:
+        per_tok = self.time_per_token(p)
+        tokens = self.tokens(p)
+        step = sum(per_tok.values()) * tokens
+        flops_tok = self.arch.model_flops_per_token(self.training.seq_len)
+        tps = tokens / step
+        peak = p.lay.gpus * self.hw.peak_bf16
+        mfu = tps * flops_tok / peak
+        extra = {
+            Recompute.NONE: 0.0,
+            Recompute.SELECTIVE: self.rates.F_core,
+            Recompute.FULL: self.rates.F_layer / 3,
+        }[p.r] * self.arch.L
+        bd = TimeBreakdown(**{f"{k}_s": v * tokens for k, v in per_tok.items()})
+        return Performance(
+            step_time_s=step,
+            tokens_per_s=tps,
+            mfu=mfu,
+            hfu=tps * (flops_tok + extra) / peak,
+            global_batch_tokens=tokens,
+            num_gpus_used=p.lay.gpus,
+            model_flops_per_token=flops_tok,
+            bubble_fraction=bd.bubble_s / step,
+            breakdown=bd,
+        )
+
+    def memory_bill(self, p: Point) -> MemoryBill:
+        per = {st: self.tenants_int(p, st) for st in STAGES}
+        stage = max(STAGES, key=lambda st: sum(per[st].values()))
+        t = per[stage]
+        used = sum(t.values())
+        reserve = self.ctx.reserve_for(used)
+        return MemoryBill(**t, reserve=reserve, total=used + reserve, hbm=self.hw.hbm, stage=stage)

@@ -1,0 +1,1 @@
+"""The CP-SAT model: built from the cost model's tables, solved, read back."""

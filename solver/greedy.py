@@ -1,0 +1,34 @@
+"""Seed 003's recipe as a plan: TP inside the node, PP across nodes, FSDP over the rest.
+
+It is the CP-SAT hint and the fallback when the solve finds nothing in time; it only proposes
+points of the space and keeps the first that fits, so it is never better than the optimum.
+"""
+
+from __future__ import annotations
+
+from solver.costmodel import Point
+from solver.schema import Recompute
+from solver.space import Space
+
+
+def greedy(sp: Space) -> Point | None:
+    """Smallest tp, then smallest pp, that fit with ZeRO-3; cheapest recompute; largest batch."""
+    zs = sorted(sp.zs, reverse=True)
+    order = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
+    rs = sorted(sp.rs, key=order.get)
+    pv = {p: [v for q, v in sp.pv if q == p] for p, _ in sp.pv}
+    te = {}
+    for t, e in sp.te:
+        te.setdefault(t, []).append(e)
+    rows = sorted(sp.layouts, key=lambda r: (-r.gpus, r.cp, r.tp, r.pp))
+    for lay in rows:
+        dbs = sorted((x for x in sp.db if x[0] == lay.dp), key=lambda x: (-x[1] * x[2], x[1]))
+        eps = sorted((e for e in te.get(lay.tp, []) if (lay.dp * lay.cp) % e == 0), reverse=True)
+        for v in pv.get(lay.pp, [1])[:1]:
+            for _, b, m in dbs:
+                for e in eps[:1]:
+                    for r in rs:
+                        p = Point(lay, v, b, m, e, r, zs[0])
+                        if sp.cm.fits(p):
+                            return p
+    return None

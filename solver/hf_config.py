@@ -1,0 +1,277 @@
+"""Read a local Hugging Face `config.json` into a `ModelSpec` (no network).
+
+Supported `model_type`s: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe,
+deepseek_v2, deepseek_v3, gpt_neox, gpt2. Field names are those of the matching
+`transformers` configuration classes (`LlamaConfig`, `MixtralConfig`, `Qwen2MoeConfig`, ...).
+
+Approximations (the first three are logged as warnings when they apply):
+- MLA (deepseek_v2/v3) is read as standard multi-head attention with kv heads = heads and
+  head_dim = hidden / heads; `ModelSpec` has no latent ranks.
+- An explicit `head_dim` with heads * head_dim != hidden (Qwen3-MoE, Qwen3-32B) cannot be
+  stored: `ModelSpec` implies head_dim = hidden / heads. The head counts are kept when
+  hidden % heads == 0 (attention weights are then under-counted); otherwise heads become
+  hidden // head_dim, keeping the q/kv ratio.
+- `ModelSpec` knows only *leading* dense layers; dense layers elsewhere (decoder_sparse_step,
+  mlp_only_layers, moe_layer_freq) are counted and moved to the front: totals stay exact.
+- Biases (GPT-2, GPT-NeoX, Qwen2 qkv), learned position embeddings (GPT-2), QK-norm weights
+  and DeepSeek's multi-token-prediction module are not represented.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from solver.schema import ModelSpec, MoESpec
+
+log = logging.getLogger(__name__)
+
+# transformers' defaults for tie_word_embeddings (GPT2Config ties, the others do not).
+_TIED_DEFAULT = {"gpt2": True}
+_GATED = {
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+}  # SwiGLU: gate, up, down
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "gpt_neox",
+    "gpt2",
+)
+
+
+class HFConfigError(ValueError):
+    """A config.json meshplan cannot read: unknown model_type or a missing/invalid field."""
+
+
+class _Reader:
+    """Field access that names the file, the field and the supported types on failure."""
+
+    def __init__(self, d: dict[str, Any], source: str) -> None:
+        self.d, self.source = d, source
+        self.model_type = d.get("model_type")
+
+    def fail(self, what: str) -> HFConfigError:
+        return HFConfigError(
+            f"{self.source}: {what} (model_type {self.model_type!r}; supported model types: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)})"
+        )
+
+    def req(self, *names: str) -> Any:
+        for n in names:
+            if self.d.get(n) is not None:
+                return self.d[n]
+        raise self.fail(f"missing required field {' / '.join(repr(n) for n in names)}")
+
+    def opt(self, name: str, default: Any) -> Any:
+        v = self.d.get(name)
+        return default if v is None else v
+
+    def count(self, *names: str, minimum: int = 1) -> int:
+        v = self.req(*names)
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise self.fail(f"field {names[0]!r} must be an integer >= {minimum}, got {v!r}")
+        return v
+
+    def opt_count(self, name: str, default: int, minimum: int = 1) -> int:
+        return default if self.d.get(name) is None else self.count(name, minimum=minimum)
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    """Read a transformers `config.json` (a file, or a directory holding one)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        d = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise HFConfigError(f"{p}: cannot read a JSON config ({e})") from e
+    if not isinstance(d, dict):
+        raise HFConfigError(f"{p}: expected a JSON object, got {type(d).__name__}")
+    return modelspec_from_hf_dict(d, source=str(p))
+
+
+def modelspec_from_hf_dict(d: dict[str, Any], source: str = "<dict>") -> ModelSpec:
+    """Map a transformers config dict to a `ModelSpec` (see the module docstring)."""
+    r = _Reader(d, source)
+    mt = r.model_type
+    if mt is None:
+        raise r.fail("missing required field 'model_type'")
+    if mt not in SUPPORTED_MODEL_TYPES:
+        raise r.fail(f"unsupported model_type {mt!r}")
+
+    if mt == "gpt2":
+        layers, hidden = r.count("n_layer"), r.count("n_embd")
+        heads = r.count("n_head")
+        ffn = r.opt_count("n_inner", 4 * hidden)  # GPT2Block: n_inner None -> 4 * n_embd
+    else:
+        layers, hidden = r.count("num_hidden_layers"), r.count("hidden_size")
+        heads = r.count("num_attention_heads")
+        ffn = r.count("intermediate_size")
+    kv = heads
+    if mt not in ("gpt2", "gpt_neox") and d.get("num_key_value_heads") is not None:
+        kv = r.count("num_key_value_heads")
+    if mt in ("deepseek_v2", "deepseek_v3"):
+        # MLA approximated as MHA (kv heads = heads, head_dim = hidden / heads); for
+        # DeepSeek-V3 that is 4h^2 = 205.5M attention weights per layer against MLA's ~187M.
+        log.warning("%s: MLA read as multi-head attention with kv heads = heads", source)
+        kv = heads
+    heads, kv = _fit_heads(r, hidden, heads, kv)
+    try:
+        return _spec(r, mt, layers, hidden, heads, kv, ffn)
+    except ValidationError as e:  # e.g. top_k > experts: a bad file, reported as one
+        raise r.fail(f"inconsistent fields: {e.errors()[0]['msg']}") from e
+
+
+def _spec(
+    r: _Reader, mt: str, layers: int, hidden: int, heads: int, kv: int, ffn: int
+) -> ModelSpec:
+    return ModelSpec(
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv,
+        ffn_hidden_size=ffn,
+        vocab_size=r.count("vocab_size"),
+        gated_mlp=mt in _GATED,
+        tie_embeddings=bool(r.opt("tie_word_embeddings", _TIED_DEFAULT.get(mt, False))),
+        moe=_moe(r, mt, layers, ffn),
+    )
+
+
+def _fit_heads(r: _Reader, hidden: int, heads: int, kv: int) -> tuple[int, int]:
+    """Reconcile an explicit head_dim with ModelSpec's implied head_dim = hidden / heads."""
+    if heads % kv:
+        raise r.fail(
+            f"num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv})"
+        )
+    head_dim = r.opt_count("head_dim", 0, minimum=0)
+    if not head_dim or heads * head_dim == hidden:
+        return heads, kv
+    if hidden % heads == 0:
+        # Kept as is: q/o are counted h x h rather than h x heads*head_dim (Qwen3-30B-A3B: the
+        # attention is half-counted, -1.5% of all weights).
+        log.warning(
+            "%s: heads*head_dim = %d != hidden_size %d; attention counted at width hidden_size",
+            r.source,
+            heads * head_dim,
+            hidden,
+        )
+        return heads, kv
+    group = heads // kv
+    new_heads = hidden // head_dim if hidden % head_dim == 0 else 0
+    if not new_heads or new_heads % group:
+        raise r.fail(
+            f"hidden_size {hidden} is divisible neither by num_attention_heads {heads} nor into "
+            f"heads of head_dim {head_dim} with {group} query heads per kv head"
+        )
+    log.warning(
+        "%s: heads %d/%d -> %d/%d so that heads divide hidden_size %d",
+        r.source,
+        heads,
+        kv,
+        new_heads,
+        new_heads // group,
+        hidden,
+    )
+    return new_heads, new_heads // group
+
+
+def _moe(r: _Reader, mt: str, layers: int, ffn: int) -> MoESpec | None:
+    if mt == "mixtral":  # every layer sparse; each expert is a full-width SwiGLU MLP
+        return MoESpec(
+            num_experts=r.count("num_local_experts"),
+            top_k=r.count("num_experts_per_tok"),
+            expert_ffn_hidden_size=ffn,
+        )
+    if mt in ("qwen2_moe", "qwen3_moe"):
+        width = r.count("moe_intermediate_size")
+        shared_width = r.opt_count("shared_expert_intermediate_size", 0, minimum=0)
+        # One shared MLP of width shared_expert_intermediate_size, stored as that many experts
+        # of the routed width, rounded (Qwen1.5-MoE: 5632/1408 = 4, Qwen2-57B: 20480/2560 = 8).
+        shared = round(shared_width / width)
+        # Qwen2MoeDecoderLayer: layer i is sparse iff i not in mlp_only_layers, (i+1) % step == 0.
+        step = r.opt_count("decoder_sparse_step", 1)
+        only = r.opt("mlp_only_layers", [])
+        if not isinstance(only, list) or not all(type(i) is int for i in only):
+            raise r.fail(f"field 'mlp_only_layers' must be a list of layer indices, got {only!r}")
+        dense = _dense_layers(r, layers, lambda i: i in only or (i + 1) % step)
+        return _moe_spec(r, r.count("num_experts"), width, shared, dense, layers)
+    if mt in ("deepseek_v2", "deepseek_v3"):
+        first_k = r.count("first_k_dense_replace", minimum=0)
+        # DeepseekV3DecoderLayer: layer i is sparse iff i >= first_k_dense_replace, i % freq == 0.
+        freq = r.opt_count("moe_layer_freq", 1)
+        dense = _dense_layers(r, layers, lambda i: i < first_k or i % freq)
+        return _moe_spec(
+            r,
+            r.count("n_routed_experts"),
+            r.count("moe_intermediate_size"),
+            r.count("n_shared_experts", minimum=0),
+            dense,
+            layers,
+        )
+    return None
+
+
+def _dense_layers(r: _Reader, layers: int, is_dense: Callable[[int], object]) -> int:
+    """Count the dense layers; ModelSpec puts them first, so say when they are not."""
+    idx = [i for i in range(layers) if is_dense(i)]
+    if idx != list(range(len(idx))):
+        log.warning("%s: dense layers %s counted as the first %d", r.source, idx, len(idx))
+    return len(idx)
+
+
+def _moe_spec(
+    r: _Reader, experts: int, width: int, shared: int, dense: int, layers: int
+) -> MoESpec:
+    if dense >= layers:
+        raise r.fail("no layer is sparse although the model_type is a mixture of experts")
+    return MoESpec(
+        num_experts=experts,
+        top_k=r.count("num_experts_per_tok"),
+        expert_ffn_hidden_size=width,
+        num_shared_experts=shared,
+        num_dense_layers=dense,
+    )
+
+
+def count_parameters(spec: ModelSpec) -> int:
+    """Total weights of an explicit ModelSpec (no biases, no position embeddings).
+
+    Per layer: attention 2h^2 + 2h*kv*(h/heads) (q, o and k, v), two norms of h; a dense MLP
+    (3 if gated else 2)*h*ffn; an MoE MLP (experts + shared)*(3|2)*h*expert_ffn plus an h x
+    experts router. Plus embeddings V*h, the output layer V*h unless tied, the final norm h.
+    """
+    h, a, kv = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads
+    L, V, ffn = spec.num_layers, spec.vocab_size, spec.ffn_hidden_size
+    if None in (h, a, kv, L, V, ffn, spec.gated_mlp, spec.tie_embeddings):
+        raise ValueError("count_parameters needs an explicit ModelSpec (resolve the preset first)")
+    mats = 3 if spec.gated_mlp else 2
+    attn = 2 * h * h + 2 * h * kv * (h // a) + 2 * h
+    dense_layer = attn + mats * h * ffn
+    total = V * h * (1 if spec.tie_embeddings else 2) + h
+    if spec.moe is None:
+        return total + L * dense_layer
+    m = spec.moe
+    moe_layer = attn + (m.num_experts + m.num_shared_experts) * mats * h * m.expert_ffn_hidden_size
+    moe_layer += h * m.num_experts
+    return total + m.num_dense_layers * dense_layer + (L - m.num_dense_layers) * moe_layer

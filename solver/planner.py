@@ -1,0 +1,189 @@
+"""plan() and evaluate(): the library the CLI and the gRPC server wrap."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from solver.arch import Arch, resolve_model
+from solver.costmodel import CostModel, Point
+from solver.cpsat.build import build
+from solver.cpsat.solve import solve
+from solver.explain import explain
+from solver.greedy import greedy
+from solver.hardware import Hardware, resolve_cluster
+from solver.results import (
+    Alternative,
+    Evaluation,
+    NumParameters,
+    PlanResult,
+    PlanStatus,
+    SolverInfo,
+)
+from solver.schema import ClusterSpec, EvaluateRequest, PlanRequest, SearchSpec
+from solver.space import Batch, Space, violations
+from solver.walls import wall, warnings
+
+
+def check_pins(A: Arch, H: Hardware, q: SearchSpec) -> None:
+    """Pins that can never hold are bad input (ValueError naming the field), not infeasibility."""
+    if q.tp and (A.a % q.tp or A.kv % q.tp):
+        raise ValueError(
+            f"search.tp ({q.tp}) must divide num_attention_heads ({A.a}) and num_kv_heads ({A.kv})"
+        )
+    if q.pp and q.pp > A.L:
+        raise ValueError(f"search.pp ({q.pp}) exceeds num_layers ({A.L})")
+    if q.ep and not A.is_moe and q.ep != 1:
+        raise ValueError(f"search.ep ({q.ep}) needs an MoE model")
+    if q.ep and A.is_moe and A.E % q.ep:
+        raise ValueError(f"search.ep ({q.ep}) must divide num_experts ({A.E})")
+    for name in ("tp", "pp", "dp", "cp"):
+        v = getattr(q, name)
+        if v and H.num_gpus % v and not q.allow_fewer_gpus:
+            raise ValueError(f"search.{name} ({v}) must divide cluster.num_gpus ({H.num_gpus})")
+
+
+def _resolve(req: PlanRequest | EvaluateRequest) -> tuple[Arch, Hardware, CostModel]:
+    A = resolve_model(req.model)
+    H = resolve_cluster(req.cluster)
+    return A, H, CostModel(A, H, req.training, req.search)
+
+
+def _nparams(A: Arch) -> NumParameters:
+    return NumParameters(total=A.total_params, active=A.active_params)
+
+
+def _score(sp: Space, p: Point) -> tuple:
+    perf, mem = sp.cm.performance(p), sp.cm.memory_bill(p)
+    return perf, mem, wall(sp, p, perf, mem), warnings(sp, p, perf)
+
+
+def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanResult:
+    """The best layout under the cost model, proven by CP-SAT (or the best found in time)."""
+    t0 = time.perf_counter()
+    A, H, cm = _resolve(req)
+    check_pins(A, H, req.search)
+    sp = Space.build(A, H, req.training, req.search, cm)
+    o = req.options
+
+    def rebuild(n: int) -> Space:
+        c = req.cluster.model_copy(update={"num_gpus": n})
+        return Space.build(
+            A,
+            resolve_cluster(ClusterSpec(**c.model_dump())),
+            req.training,
+            req.search.model_copy(update={"allow_fewer_gpus": False}),
+            cm,
+        )
+
+    def infeasible(status: str, solve_s: float, nvars: int = 0, ncons: int = 0) -> PlanResult:
+        info = SolverInfo(
+            status=status,
+            objective=0,
+            bound=0,
+            gap=0,
+            wall_time_s=time.perf_counter() - t0,
+            solve_time_s=solve_s,
+            num_variables=nvars,
+            num_constraints=ncons,
+            num_layouts=len(sp.layouts),
+            used_fallback=False,
+        )
+        return PlanResult(
+            status=PlanStatus.INFEASIBLE,
+            num_parameters=_nparams(A),
+            explanation=explain(sp, rebuild, o.explain),
+            solver=info,
+        )
+
+    if not (sp.layouts and sp.pv and sp.db and sp.te):
+        return infeasible("INFEASIBLE", 0.0)
+    hint = greedy(sp)
+    b = build(sp)
+    if hint is not None:
+        b.axes.hint(hint)
+    res = solve(b, o.time_limit_s, o.num_workers, o.relative_gap, stop_event)
+    nv, nc = len(b.model.proto.variables), len(b.model.proto.constraints)
+    point, fallback = res.point, False
+    if point is None and hint is not None and res.status == "UNKNOWN":
+        point, fallback = hint, True
+    if point is None:
+        if res.status == "UNKNOWN":  # out of time with nothing in hand: not a proof
+            raise TimeoutError("the solve was stopped before any plan was found")
+        return infeasible(res.status, res.solve_time_s, nv, nc)
+    assert cm.fits(point), "CP-SAT returned a point the cost model rejects"
+    objective = cm.objective_int(point)
+    bound = res.bound if not fallback else 0.0
+    perf, mem, w, warns = _score(sp, point)
+    alts = []
+    for _ in range(o.top_k):
+        b.model.add(sum(b.axes.point_literals(point if not alts else alts[-1][0])) <= 3)
+        b.model.clear_hints()
+        r = solve(
+            b,
+            max(o.time_limit_s - (time.perf_counter() - t0), 0.01),
+            o.num_workers,
+            o.relative_gap,
+            stop_event,
+        )
+        if r.point is None:
+            break
+        alts.append((r.point, *_score(sp, r.point)))
+    status = PlanStatus.OPTIMAL if res.status == "OPTIMAL" else PlanStatus.FEASIBLE
+    gap = 0.0 if status is PlanStatus.OPTIMAL else abs(objective - bound) / max(objective, 1)
+    return PlanResult(
+        status=status,
+        config=point.config(),
+        num_parameters=_nparams(A),
+        memory=mem,
+        performance=perf,
+        binding_wall=w,
+        warnings=warns,
+        alternatives=[
+            Alternative(config=p.config(), memory=m, performance=pf, binding_wall=ww)
+            for p, pf, m, ww, _ in alts
+        ],
+        solver=SolverInfo(
+            status=res.status if not fallback else "FALLBACK",
+            objective=objective,
+            bound=bound,
+            gap=gap,
+            wall_time_s=time.perf_counter() - t0,
+            solve_time_s=res.solve_time_s,
+            num_variables=nv,
+            num_constraints=nc,
+            num_layouts=len(sp.layouts),
+            used_fallback=fallback,
+        ),
+    )
+
+
+def evaluate(req: EvaluateRequest) -> Evaluation:
+    """Score one given layout: rules it breaks, memory, time, MFU."""
+    A, H, cm = _resolve(req)
+    t = req.training
+    s = t.seq_len
+    batch = Batch(t.global_batch_tokens // s, t.critical_batch_tokens // s)
+    p = Point.from_config(req.config)
+    sp = Space(A, H, t, req.search, cm, batch)
+    bad = violations(p, A, H, t, req.search, batch, check_pins=False)
+    if req.config.sequence_parallel and req.config.tp == 1:
+        bad = [v for v in bad if "sequence_parallel" not in v]
+    mem = cm.memory_bill(p)
+    used = mem.total - mem.reserve
+    if used > cm.budget:
+        bad.append(
+            f"memory: {used / 2**30:.1f} GiB per GPU on the {mem.stage} stage exceeds "
+            f"{cm.budget / 2**30:.1f} GiB usable of {H.hbm / 2**30:.1f} GiB HBM"
+        )
+    perf = cm.performance(p)
+    return Evaluation(
+        fits=not bad,
+        violations=bad,
+        config=req.config,
+        num_parameters=_nparams(A),
+        memory=mem,
+        performance=perf,
+        binding_wall=wall(sp, p, perf, mem),
+        warnings=warnings(sp, p, perf),
+    )

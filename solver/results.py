@@ -1,0 +1,146 @@
+"""Answers: the plan, its memory bill, its time breakdown, and the solver's account of itself."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from solver.schema import ParallelConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PlanStatus(str, Enum):
+    """Outcome of a plan: proven optimal, best found within the limit, or no layout fits."""
+
+    OPTIMAL = "OPTIMAL"
+    FEASIBLE = "FEASIBLE"
+    INFEASIBLE = "INFEASIBLE"
+
+
+class Wall(str, Enum):
+    """What stops the next step up (seed 000's ladder)."""
+
+    NONE = "NONE"  # compute-bound sweet spot: nothing is tight
+    MEMORY = "MEMORY"  # per-GPU memory is nearly full
+    WEIGHTS = "WEIGHTS"  # weights alone force model parallelism (tp/pp)
+    BUBBLE = "BUBBLE"  # the pipeline bubble costs the most
+    COMMUNICATION = "COMMUNICATION"  # exposed communication costs the most
+    DP_CAP = "DP_CAP"  # the critical batch caps data parallelism
+
+
+class NumParameters(_Strict):
+    """Parameter counts of the model."""
+
+    total: int = Field(description="All parameters (count).")
+    active: int = Field(description="Parameters a token passes through (count; = total if dense).")
+
+
+class MemoryBill(_Strict):
+    """Per-GPU memory on the most loaded pipeline stage (bytes)."""
+
+    weights: int = Field(description="Model weights incl. ZeRO-3 gather buffers (bytes).")
+    gradients: int = Field(description="Gradients (bytes).")
+    optimizer: int = Field(description="Optimizer state incl. fp32 master weights (bytes).")
+    activations: int = Field(description="Activations in flight, incl. logits (bytes).")
+    reserve: int = Field(description="CUDA context, NCCL buffers, fragmentation (bytes).")
+    total: int = Field(description="Sum of the tenants (bytes).")
+    hbm: int = Field(description="HBM per GPU (bytes).")
+    stage: str = Field(description="Which pipeline stage is the most loaded: first or last.")
+
+
+class TimeBreakdown(_Strict):
+    """Where a step's time goes (seconds)."""
+
+    compute_s: float = Field(description="Model FLOPs at the achievable rate (s).")
+    recompute_s: float = Field(description="Recomputed forward work (s).")
+    tp_comm_s: float = Field(description="Exposed tensor-parallel collectives (s).")
+    cp_comm_s: float = Field(description="Exposed context-parallel K/V exchange (s).")
+    ep_comm_s: float = Field(description="Exposed expert-parallel all-to-all (s).")
+    pp_comm_s: float = Field(description="Pipeline point-to-point sends (s).")
+    dp_comm_s: float = Field(description="Exposed data-parallel / FSDP collectives (s).")
+    bubble_s: float = Field(description="Pipeline fill and drain (s).")
+    optimizer_s: float = Field(description="Optimizer step (s).")
+
+
+class Performance(_Strict):
+    """Predicted speed of one step."""
+
+    step_time_s: float = Field(description="Time per optimizer step (s).")
+    tokens_per_s: float = Field(description="Training throughput (tokens/s).")
+    mfu: float = Field(
+        description="Model FLOPs utilisation vs dense BF16 peak; 6N+12Lhs per token, no causal halving."
+    )
+    hfu: float = Field(description="Hardware FLOPs utilisation: MFU plus recomputed FLOPs.")
+    global_batch_tokens: int = Field(description="Tokens per step (tokens).")
+    num_gpus_used: int = Field(description="GPUs the plan occupies (count).")
+    model_flops_per_token: float = Field(description="Model FLOPs per token (FLOP).")
+    bubble_fraction: float = Field(description="Bubble time over step time (fraction).")
+    breakdown: TimeBreakdown = Field(description="Step time by component.")
+
+
+class SolverInfo(_Strict):
+    """What the CP-SAT solve reported."""
+
+    status: str = Field(description="CP-SAT status name (OPTIMAL, FEASIBLE, INFEASIBLE, ...).")
+    objective: float = Field(description="Objective: scaled time per token (femtoseconds/token).")
+    bound: float = Field(description="Best proven bound on the objective (same unit).")
+    gap: float = Field(description="Relative gap between objective and bound (fraction).")
+    wall_time_s: float = Field(description="Wall time of the whole plan call (s).")
+    solve_time_s: float = Field(description="Wall time inside CP-SAT (s).")
+    num_variables: int = Field(description="Variables in the CP-SAT model (count).")
+    num_constraints: int = Field(description="Constraints in the CP-SAT model (count).")
+    num_layouts: int = Field(description="Layout rows (tp, pp, cp, dp, gpus) in the model (count).")
+    used_fallback: bool = Field(description="True if the greedy plan was returned unproven.")
+
+
+class Explanation(_Strict):
+    """Why nothing fits, and what would."""
+
+    reason: str = Field(description="Which constraints cannot hold together, in words.")
+    min_gpus: int = Field(description="Smallest GPU count that fits (count; 0: none found).")
+    min_memory_bytes: int = Field(
+        default=0, description="Least per-GPU memory any layout needs here (bytes)."
+    )
+
+
+class Alternative(_Strict):
+    """One more distinct plan, scored."""
+
+    config: ParallelConfig = Field(description="The layout.")
+    memory: MemoryBill = Field(description="Its memory bill.")
+    performance: Performance = Field(description="Its speed.")
+    binding_wall: Wall = Field(description="What binds it.")
+
+
+class PlanResult(_Strict):
+    """The answer to Plan()."""
+
+    status: PlanStatus = Field(description="OPTIMAL, FEASIBLE or INFEASIBLE.")
+    config: ParallelConfig | None = Field(default=None, description="The chosen layout.")
+    num_parameters: NumParameters = Field(description="Model size.")
+    memory: MemoryBill | None = Field(default=None, description="Memory bill of the layout.")
+    performance: Performance | None = Field(default=None, description="Speed of the layout.")
+    binding_wall: Wall = Field(default=Wall.NONE, description="What stops the next step up.")
+    warnings: list[str] = Field(default_factory=list, description="Things to look at.")
+    alternatives: list[Alternative] = Field(default_factory=list, description="Next-best plans.")
+    explanation: Explanation | None = Field(default=None, description="Set when infeasible.")
+    solver: SolverInfo | None = Field(default=None, description="The solve's own account.")
+
+
+class Evaluation(_Strict):
+    """The answer to Evaluate()."""
+
+    fits: bool = Field(description="True if every rule holds and memory fits.")
+    violations: list[str] = Field(default_factory=list, description="Rules the layout breaks.")
+    config: ParallelConfig = Field(description="The layout scored.")
+    num_parameters: NumParameters = Field(description="Model size.")
+    memory: MemoryBill = Field(description="Memory bill.")
+    performance: Performance | None = Field(
+        default=None, description="Speed (absent when the layout breaks a structural rule)."
+    )
+    binding_wall: Wall = Field(default=Wall.NONE, description="What binds it.")
+    warnings: list[str] = Field(default_factory=list, description="Things to look at.")

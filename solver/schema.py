@@ -1,0 +1,297 @@
+"""Requests: the contract's field names (DESIGN.md, "The contract"), validated at construction.
+
+Every count is a plain int; 0 (or None) in a pin means "free". Units are in each field's description.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class Precision(str, Enum):
+    """Training precision recipe (seed 002: BF16 mixed = 16 B/param, FP8 recipe = 9 B/param)."""
+
+    BF16 = "BF16"
+    FP8 = "FP8"
+
+
+class Recompute(str, Enum):
+    """Activation recomputation (Korthikanti et al. 2022)."""
+
+    NONE = "NONE"
+    SELECTIVE = "SELECTIVE"
+    FULL = "FULL"
+
+
+class Framework(str, Enum):
+    """Optional framework profile whose validation rules become constraints."""
+
+    ANY = "ANY"
+    KEMPNERFORGE = "KEMPNERFORGE"  # seed 001: rejects MoE with pp>1 and FP8 with tp>1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+
+def _finite(name: str, value: float | None) -> None:
+    if value is not None and not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+
+
+class MoESpec(_Strict):
+    """Mixture-of-experts block shape."""
+
+    num_experts: int = Field(description="Routed experts per MoE layer (count, >= 1).", ge=1)
+    top_k: int = Field(
+        description="Routed experts each token activates (count, 1..num_experts).", ge=1
+    )
+    expert_ffn_hidden_size: int = Field(description="FFN width of one expert (elements).", ge=1)
+    num_shared_experts: int = Field(
+        default=0, description="Always-active shared experts of the same width (count).", ge=0
+    )
+    num_dense_layers: int = Field(
+        default=0,
+        description="Leading layers that use a dense FFN instead of MoE (count; DeepSeek-V3: 3).",
+        ge=0,
+    )
+
+    @model_validator(mode="after")
+    def _top_k_fits(self) -> MoESpec:
+        if self.top_k > self.num_experts:
+            raise ValueError(
+                f"top_k ({self.top_k}) must not exceed num_experts ({self.num_experts})"
+            )
+        return self
+
+
+class ModelSpec(_Strict):
+    """A transformer: a catalog `preset`, or the explicit shape (explicit fields override the preset)."""
+
+    preset: str | None = Field(default=None, description="Catalog model name, e.g. llama3-70b.")
+    num_layers: int | None = Field(default=None, description="Transformer layers (count).", ge=1)
+    hidden_size: int | None = Field(
+        default=None, description="Model width d_model (elements).", ge=1
+    )
+    num_attention_heads: int | None = Field(default=None, description="Query heads (count).", ge=1)
+    num_kv_heads: int | None = Field(
+        default=None, description="Key/value heads (count; < heads means GQA/MQA).", ge=1
+    )
+    ffn_hidden_size: int | None = Field(
+        default=None, description="Dense FFN width (elements).", ge=1
+    )
+    vocab_size: int | None = Field(default=None, description="Vocabulary size (tokens).", ge=1)
+    gated_mlp: bool | None = Field(
+        default=None, description="SwiGLU-style gated MLP (3 matrices) rather than 2 (GPT)."
+    )
+    tie_embeddings: bool | None = Field(
+        default=None, description="Input embedding and output layer share one matrix."
+    )
+    moe: MoESpec | None = Field(default=None, description="MoE shape; absent for a dense model.")
+
+    @model_validator(mode="after")
+    def _heads(self) -> ModelSpec:
+        a, k = self.num_attention_heads, self.num_kv_heads
+        if a is not None and k is not None and a % k != 0:
+            raise ValueError(f"num_attention_heads ({a}) must be a multiple of num_kv_heads ({k})")
+        h = self.hidden_size
+        if a is not None and h is not None and h % a != 0:
+            raise ValueError(f"hidden_size ({h}) must be divisible by num_attention_heads ({a})")
+        return self
+
+
+class ClusterSpec(_Strict):
+    """The GPUs: a catalog `gpu` with optional overrides."""
+
+    gpu: str = Field(default="h100-sxm-80gb", description="Catalog GPU name, e.g. h100-sxm-80gb.")
+    num_gpus: int = Field(description="GPUs available for the job (count).", ge=1, le=1_048_576)
+    gpus_per_node: int | None = Field(
+        default=None,
+        description="GPUs per node sharing the fast link (count; default: catalog).",
+        ge=1,
+        le=1024,
+    )
+    hbm_gib: float | None = Field(
+        default=None, description="Override of HBM per GPU (GiB).", gt=0, le=65536
+    )
+    peak_bf16_tflops: float | None = Field(
+        default=None, description="Override of dense BF16 peak per GPU (TFLOP/s).", gt=0, le=1e6
+    )
+    intra_node_gbps: float | None = Field(
+        default=None,
+        description="Override of in-node bandwidth per GPU (GB/s, one direction).",
+        gt=0,
+        le=1e6,
+    )
+    inter_node_gbps: float | None = Field(
+        default=None,
+        description="Override of inter-node bandwidth per GPU (GB/s, one direction).",
+        gt=0,
+        le=1e6,
+    )
+
+    @field_validator("hbm_gib", "peak_bf16_tflops", "intra_node_gbps", "inter_node_gbps")
+    @classmethod
+    def _is_finite(cls, v: float | None, info) -> float | None:  # noqa: ANN001
+        _finite(info.field_name, v)
+        return v
+
+
+class TrainingSpec(_Strict):
+    """What one optimizer step processes."""
+
+    seq_len: int = Field(default=8192, description="Sequence length (tokens).", ge=1, le=16_777_216)
+    global_batch_tokens: int = Field(
+        default=0,
+        description="Tokens per optimizer step; 0 lets the solver choose up to the critical batch.",
+        ge=0,
+        le=2**40,
+    )
+    critical_batch_tokens: int = Field(
+        default=0,
+        description=(
+            "Critical batch (tokens) capping the global batch (seed 004); 0: no cap for a fixed "
+            "batch, 4,194,304 when the solver chooses the batch."
+        ),
+        ge=0,
+        le=2**40,
+    )
+    precision: Precision = Field(default=Precision.BF16, description="Precision recipe.")
+
+    @model_validator(mode="after")
+    def _batch(self) -> TrainingSpec:
+        g = self.global_batch_tokens
+        if g and g % self.seq_len != 0:
+            raise ValueError(
+                f"global_batch_tokens ({g}) must be a multiple of seq_len ({self.seq_len})"
+            )
+        if g and self.critical_batch_tokens and g > self.critical_batch_tokens:
+            raise ValueError(
+                f"global_batch_tokens ({g}) exceeds critical_batch_tokens "
+                f"({self.critical_batch_tokens})"
+            )
+        return self
+
+
+class ParallelConfig(_Strict):
+    """One complete layout: the degrees, the batch knobs and the memory knobs."""
+
+    tp: int = Field(description="Tensor-parallel degree (GPUs).", ge=1)
+    pp: int = Field(description="Pipeline-parallel stages (GPUs).", ge=1)
+    dp: int = Field(description="Data-parallel / FSDP degree (replicas).", ge=1)
+    cp: int = Field(default=1, description="Context-parallel degree (sequence shards).", ge=1)
+    ep: int = Field(
+        default=1, description="Expert-parallel degree (borrows ranks from dp*cp).", ge=1
+    )
+    virtual_stages: int = Field(
+        default=1, description="Interleaved model chunks per pipeline stage (count).", ge=1
+    )
+    micro_batch_size: int = Field(description="Sequences per micro-batch per replica.", ge=1)
+    num_microbatches: int = Field(description="Micro-batches per step per replica.", ge=1)
+    zero_stage: int = Field(
+        default=1, description="ZeRO stage 0-3 over the dp*cp group.", ge=0, le=3
+    )
+    recompute: Recompute = Field(default=Recompute.NONE, description="Activation recomputation.")
+    sequence_parallel: bool = Field(
+        default=True, description="Megatron sequence parallelism with tp (ignored when tp=1)."
+    )
+
+
+class SearchSpec(_Strict):
+    """Pins (0/None = free) and the constraints of the search."""
+
+    tp: int = Field(default=0, description="Pin tp (0: free).", ge=0)
+    pp: int = Field(default=0, description="Pin pp (0: free).", ge=0)
+    dp: int = Field(default=0, description="Pin dp (0: free).", ge=0)
+    cp: int = Field(default=0, description="Pin cp (0: free).", ge=0)
+    ep: int = Field(default=0, description="Pin ep (0: free).", ge=0)
+    virtual_stages: int = Field(default=0, description="Pin virtual stages (0: free).", ge=0)
+    micro_batch_size: int = Field(default=0, description="Pin micro-batch size (0: free).", ge=0)
+    num_microbatches: int = Field(default=0, description="Pin micro-batch count (0: free).", ge=0)
+    zero_stage: int | None = Field(
+        default=None, description="Pin ZeRO stage (None: free).", ge=0, le=3
+    )
+    recompute: Recompute | None = Field(default=None, description="Pin recomputation (None: free).")
+    sequence_parallel: bool | None = Field(
+        default=None, description="Pin sequence parallelism (None: on whenever tp>1)."
+    )
+    allow_fewer_gpus: bool = Field(
+        default=False, description="Allow plans that leave some of num_gpus idle."
+    )
+    framework: Framework = Field(default=Framework.ANY, description="Framework profile rules.")
+    memory_reserve_gib: float = Field(
+        default=3.0,
+        description="Fixed per-GPU reserve for CUDA context and NCCL buffers (GiB; seed 002: ~2+1).",
+        ge=0,
+        le=1024,
+    )
+    memory_fragmentation: float = Field(
+        default=0.10,
+        description="Allocator fragmentation as a fraction of the allocated bytes (seed 002: 5-15%).",
+        ge=0,
+        le=1,
+    )
+    max_micro_batch_size: int = Field(
+        default=16, description="Largest micro-batch size considered (sequences).", ge=1, le=4096
+    )
+    max_virtual_stages: int = Field(
+        default=4, description="Largest interleaving degree considered (chunks).", ge=1, le=64
+    )
+
+    @field_validator("memory_reserve_gib", "memory_fragmentation")
+    @classmethod
+    def _is_finite(cls, v: float, info) -> float:  # noqa: ANN001
+        _finite(info.field_name, v)
+        return v
+
+
+class Options(_Strict):
+    """How the solve runs and what it returns."""
+
+    top_k: int = Field(
+        default=0, description="Distinct alternatives to return (count).", ge=0, le=32
+    )
+    time_limit_s: float = Field(
+        default=10.0, description="Wall-clock cap on the solve (seconds).", gt=0, le=3600
+    )
+    num_workers: int = Field(default=1, description="CP-SAT search workers (threads).", ge=1, le=64)
+    relative_gap: float = Field(
+        default=0.0,
+        description="Stop when within this relative gap of the bound (0: prove).",
+        ge=0,
+        le=1,
+    )
+    explain: bool = Field(
+        default=True, description="For an infeasible request, search the smallest GPU count."
+    )
+
+    @field_validator("time_limit_s", "relative_gap")
+    @classmethod
+    def _is_finite(cls, v: float, info) -> float:  # noqa: ANN001
+        _finite(info.field_name, v)
+        return v
+
+
+class PlanRequest(_Strict):
+    """Plan(): choose the best layout for a model on a cluster."""
+
+    model: ModelSpec = Field(description="The transformer.")
+    cluster: ClusterSpec = Field(description="The GPUs.")
+    training: TrainingSpec = Field(default_factory=TrainingSpec, description="The step.")
+    search: SearchSpec = Field(default_factory=SearchSpec, description="Pins and constraints.")
+    options: Options = Field(default_factory=Options, description="Solver options.")
+
+
+class EvaluateRequest(_Strict):
+    """Evaluate(): score one given layout."""
+
+    model: ModelSpec = Field(description="The transformer.")
+    cluster: ClusterSpec = Field(description="The GPUs.")
+    training: TrainingSpec = Field(default_factory=TrainingSpec, description="The step.")
+    config: ParallelConfig = Field(description="The layout to score.")
+    search: SearchSpec = Field(
+        default_factory=SearchSpec, description="Memory reserve and framework rules to apply."
+    )

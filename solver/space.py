@@ -1,0 +1,301 @@
+"""The search space: legal values per axis, pruned in Python before any model is built.
+
+The rules (`violations`) are the specification; `Space` generates exactly the points that obey
+them, and the oracle checks that by enumerating raw ranges against the same rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import gcd
+
+from solver.arch import Arch
+from solver.costmodel import CostModel, Layout, Point
+from solver.hardware import Hardware
+from solver.schema import Framework, Precision, Recompute, SearchSpec, TrainingSpec
+
+DEFAULT_CRITICAL_BATCH = 4_194_304  # tokens, when the solver chooses the batch and none is given
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def fewer_gpu_counts(n: int, gpn: int) -> list[int]:
+    """GPU counts tried below n: m·2^k for m in {1, 3, 5, 7}, whole nodes (or within one)."""
+    out = {n}
+    for m in (1, 3, 5, 7):
+        x = m
+        while x < n:
+            if x % gpn == 0 or gpn % x == 0:
+                out.add(x)
+            x *= 2
+    return sorted(out, reverse=True)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The global batch: fixed (sequences) or chosen below a cap (sequences)."""
+
+    fixed_seqs: int  # 0 when the solver chooses
+    cap_seqs: int  # 0: no cap
+
+    def microbatches(self, dp: int, b: int, pin: int = 0) -> list[int]:
+        """Micro-batch counts allowed for (dp, b): the space of the batch identity."""
+        if self.fixed_seqs:
+            if self.fixed_seqs % (dp * b):
+                return []
+            m = self.fixed_seqs // (dp * b)
+            return [m] if not pin or pin == m else []
+        top = self.cap_seqs // (dp * b)
+        if pin:
+            return [pin] if pin <= top else []
+        if top < 1:
+            return []
+        # The largest batch under the cap, and powers of two below it: fewer micro-batches in
+        # flight is the only reason to take a smaller batch (pipeline memory).
+        out = {top}
+        m = 1
+        while m < top:
+            out.add(m)
+            m *= 2
+        return sorted(out)
+
+
+def batch_of(training: TrainingSpec) -> Batch:
+    s = training.seq_len
+    if training.global_batch_tokens:
+        cap = training.critical_batch_tokens // s if training.critical_batch_tokens else 0
+        return Batch(training.global_batch_tokens // s, cap)
+    cap = training.critical_batch_tokens or DEFAULT_CRITICAL_BATCH
+    return Batch(0, cap // s)
+
+
+def violations(
+    p: Point,
+    A: Arch,
+    H: Hardware,
+    training: TrainingSpec,
+    search: SearchSpec,
+    batch: Batch,
+    *,
+    check_pins: bool = True,
+) -> list[str]:
+    """Structural rules a point breaks (memory is checked by the cost model)."""
+    c, lay, out = p, p.lay, []
+    s = training.seq_len
+    if lay.tp * lay.pp * lay.cp * lay.dp != lay.gpus:
+        out.append(
+            f"tp({lay.tp})*pp({lay.pp})*cp({lay.cp})*dp({lay.dp})={lay.gpus} is not the GPU count"
+        )
+    if lay.gpus > H.num_gpus:
+        out.append(f"the layout needs {lay.gpus} GPUs but the cluster has {H.num_gpus}")
+    elif lay.gpus != H.num_gpus and not search.allow_fewer_gpus:
+        out.append(
+            f"the layout uses {lay.gpus} of {H.num_gpus} GPUs (search.allow_fewer_gpus is off)"
+        )
+    if A.a % lay.tp or A.kv % lay.tp:
+        out.append(f"tp ({lay.tp}) must divide the attention heads ({A.a}) and KV heads ({A.kv})")
+    if A.f % lay.tp or (A.is_moe and A.fe % lay.tp):
+        out.append(f"tp ({lay.tp}) must divide the FFN width")
+    if s % (2 * lay.tp * lay.cp):
+        out.append(f"seq_len ({s}) must be divisible by 2*tp*cp = {2 * lay.tp * lay.cp}")
+    if lay.pp > A.L or lay.pp * c.v > A.L:
+        out.append(f"pp*virtual_stages ({lay.pp}*{c.v}) exceeds the layers ({A.L})")
+    if lay.pp == 1 and c.v > 1:
+        out.append("virtual_stages > 1 needs pp > 1")
+    if not A.is_moe and c.ep != 1:
+        out.append(f"ep ({c.ep}) > 1 needs an MoE model")
+    if A.is_moe and (A.E % c.ep or (lay.dp * lay.cp) % c.ep):
+        out.append(f"ep ({c.ep}) must divide the experts ({A.E}) and dp*cp ({lay.dp * lay.cp})")
+    if lay.sp and lay.tp == 1:
+        out.append("sequence_parallel needs tp > 1")
+    tokens = lay.dp * c.b * c.M * s
+    if batch.fixed_seqs and tokens != batch.fixed_seqs * s:
+        out.append(
+            f"dp*micro_batch_size*num_microbatches*seq_len = {tokens} != global_batch_tokens ({batch.fixed_seqs * s})"
+        )
+    if batch.cap_seqs and tokens > batch.cap_seqs * s:
+        out.append(
+            f"global batch {tokens} tokens exceeds the critical batch ({batch.cap_seqs * s})"
+        )
+    if search.framework is Framework.KEMPNERFORGE:
+        if A.is_moe and lay.pp > 1:
+            out.append("KempnerForge rejects MoE with pp > 1 (seed 001)")
+        if training.precision is Precision.FP8 and lay.tp > 1:
+            out.append("KempnerForge rejects FP8 with tp > 1 (seed 001)")
+        if lay.cp > 1:
+            out.append("KempnerForge's context parallelism is a stub (seed 001)")
+    if check_pins:
+        out += _pin_violations(p, search)
+    return out
+
+
+def _pin_violations(p: Point, q: SearchSpec) -> list[str]:
+    got = {
+        "tp": p.lay.tp,
+        "pp": p.lay.pp,
+        "dp": p.lay.dp,
+        "cp": p.lay.cp,
+        "ep": p.ep,
+        "virtual_stages": p.v,
+        "micro_batch_size": p.b,
+        "num_microbatches": p.M,
+    }
+    out = [
+        f"search.{k} is pinned to {getattr(q, k)}"
+        for k, v in got.items()
+        if getattr(q, k) and getattr(q, k) != v
+    ]
+    if q.zero_stage is not None and q.zero_stage != p.z:
+        out.append(f"search.zero_stage is pinned to {q.zero_stage}")
+    if q.recompute is not None and q.recompute is not p.r:
+        out.append(f"search.recompute is pinned to {q.recompute.value}")
+    if q.sequence_parallel is not None and p.lay.tp > 1 and q.sequence_parallel != p.lay.sp:
+        out.append(f"search.sequence_parallel is pinned to {q.sequence_parallel}")
+    if p.lay.tp > 1 and q.sequence_parallel is None and not p.lay.sp:
+        out.append("sequence_parallel is on whenever tp > 1 unless pinned off")
+    return out
+
+
+@dataclass
+class Space:
+    """Legal values per axis for one request, and the cost model that scores them."""
+
+    A: Arch
+    H: Hardware
+    training: TrainingSpec
+    search: SearchSpec
+    cm: CostModel
+    batch: Batch
+    layouts: list[Layout] = field(default_factory=list)
+    all_layouts: list[Layout] = field(default_factory=list)  # before the memory prune
+    te_all: list[tuple[int, int]] = field(default_factory=list)
+    db_all: list[tuple[int, int, int]] = field(default_factory=list)
+    pv: list[tuple[int, int]] = field(default_factory=list)
+    db: list[tuple[int, int, int]] = field(default_factory=list)
+    te: list[tuple[int, int]] = field(default_factory=list)
+    rs: list[Recompute] = field(default_factory=list)
+    zs: list[int] = field(default_factory=list)
+
+    @staticmethod
+    def build(
+        A: Arch,
+        H: Hardware,
+        training: TrainingSpec,
+        search: SearchSpec,
+        cm: CostModel,
+        num_gpus: int | None = None,
+    ) -> Space:
+        sp = Space(A, H, training, search, cm, batch_of(training))
+        sp._generate(num_gpus or H.num_gpus)
+        return sp
+
+    # -- per-axis domains ------------------------------------------------------------------
+    def tp_values(self) -> list[int]:
+        A, q = self.A, self.search
+        g = gcd(gcd(A.a, A.kv), gcd(A.f, A.fe) if A.is_moe else A.f)
+        vals = [t for t in divisors(g) if t <= self.H.gpn or t == q.tp]
+        vals = [t for t in vals if self.training.seq_len % (2 * t) == 0]
+        if (
+            self.search.framework is Framework.KEMPNERFORGE
+            and self.training.precision is Precision.FP8
+        ):
+            vals = [t for t in vals if t == 1]
+        return [t for t in vals if not q.tp or t == q.tp]
+
+    def ep_values(self) -> list[int]:
+        if not self.A.is_moe:
+            return [1]
+        return [e for e in divisors(self.A.E) if not self.search.ep or e == self.search.ep]
+
+    def _generate(self, n: int) -> None:
+        A, q, s = self.A, self.search, self.training.seq_len
+        counts = fewer_gpu_counts(n, self.H.gpn) if q.allow_fewer_gpus else [n]
+        no_pp = q.framework is Framework.KEMPNERFORGE and A.is_moe
+        no_cp = q.framework is Framework.KEMPNERFORGE
+        eps = self.ep_values()
+        rows: set[Layout] = set()
+        for g in counts:
+            for t in self.tp_values():
+                if g % t:
+                    continue
+                for c in divisors(g // t):
+                    if s % (2 * t * c) or (q.cp and c != q.cp) or (no_cp and c > 1):
+                        continue
+                    for p in divisors(g // (t * c)):
+                        if p > A.L or (q.pp and p != q.pp) or (no_pp and p > 1):
+                            continue
+                        d = g // (t * c * p)
+                        if (q.dp and d != q.dp) or not any((d * c) % e == 0 for e in eps):
+                            continue
+                        sp_on = t > 1 and (q.sequence_parallel is not False)
+                        rows.add(Layout(t, p, c, d, g, sp_on))
+        self.rs = [q.recompute] if q.recompute else list(Recompute)
+        self.zs = [q.zero_stage] if q.zero_stage is not None else [0, 1, 2, 3]
+        # Free micro-batch sizes are powers of two (what launchers and kernels are tuned for).
+        pow2 = [1 << k for k in range(q.max_micro_batch_size.bit_length())]
+        bs = [q.micro_batch_size] if q.micro_batch_size else pow2
+        db = {
+            (d, b, m)
+            for d in {r.dp for r in rows}
+            for b in bs
+            for m in self.batch.microbatches(d, b, q.num_microbatches)
+        }
+        dps = {d for d, _, _ in db}
+        rows = {r for r in rows if r.dp in dps}
+        self.all_layouts = sorted(rows)
+        self.layouts = sorted(self._prune(rows))
+        self.db_all = sorted(db)
+        keep_d = {r.dp for r in self.layouts}
+        self.db = [x for x in self.db_all if x[0] in keep_d]
+        vs = range(1, q.max_virtual_stages + 1)
+        self.pv = sorted(
+            {
+                (r.pp, v)
+                for r in self.layouts
+                for v in vs
+                if (v == 1 or r.pp > 1)
+                and r.pp * v <= A.L
+                and (not q.virtual_stages or v == q.virtual_stages)
+            }
+        )
+        self.te = sorted({(r.tp, e) for r in self.layouts for e in eps if (r.dp * r.cp) % e == 0})
+        self.te_all = sorted({(r.tp, e) for r in self.all_layouts for e in eps})
+        pps = {p for p, _ in self.pv}
+        self.layouts = [r for r in self.layouts if r.pp in pps]
+
+    def micro_batch_sizes(self) -> list[int]:
+        return sorted({b for _, b, _ in self.db})
+
+    def _prune(self, rows: set[Layout]) -> list[Layout]:
+        """Drop layouts whose static state alone overflows, whatever else is chosen."""
+        z, e = max(self.zs), max(self.ep_values())
+        out = []
+        for r in rows:
+            e_r = max([x for x in self.ep_values() if (r.dp * r.cp) % x == 0], default=e)
+            p = Point(r, 1, 1, 1, e_r, Recompute.FULL, z)
+            static = max(
+                sum(v for k, v in self.cm.tenants_int(p, st).items() if k != "activations")
+                for st in ("first", "last")
+            )
+            if static <= self.cm.budget:
+                out.append(r)
+        return out
+
+    def points(self):  # noqa: ANN201  (generator of Point; the product, for small spaces only)
+        pv_by_p: dict[int, list[int]] = {}
+        for p, v in self.pv:
+            pv_by_p.setdefault(p, []).append(v)
+        for lay in self.layouts:
+            for v in pv_by_p.get(lay.pp, []):
+                for d, b, m in self.db:
+                    if d != lay.dp:
+                        continue
+                    for t, e in self.te:
+                        if t != lay.tp or (lay.dp * lay.cp) % e:
+                            continue
+                        for r in self.rs:
+                            for z in self.zs:
+                                yield Point(lay, v, b, m, e, r, z)

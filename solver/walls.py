@@ -1,0 +1,57 @@
+"""The binding wall and the warnings of a scored plan (seeds 000, 003, 004)."""
+
+from __future__ import annotations
+
+from solver.costmodel import Point
+from solver.results import MemoryBill, Performance, Wall
+from solver.space import Space
+
+BUBBLE_WARN = 0.20  # seed 000/003: a bubble over 20% is the wall
+COMM_WALL = 0.25  # exposed communication above a quarter of the step
+
+
+def dp_cap_binds(sp: Space, p: Point) -> bool:
+    """The critical batch caps dp below what the cluster could feed with this model split."""
+    cap = sp.batch.cap_seqs
+    if not cap:
+        return False
+    mp = p.lay.tp * p.lay.pp * p.lay.cp
+    return sp.H.num_gpus > cap * mp or (p.lay.gpus < sp.H.num_gpus and p.lay.dp * p.b * p.M >= cap)
+
+
+def wall(sp: Space, p: Point, perf: Performance, mem: MemoryBill) -> Wall:
+    bd = perf.breakdown
+    comm = bd.tp_comm_s + bd.cp_comm_s + bd.ep_comm_s + bd.pp_comm_s + bd.dp_comm_s
+    A, budget = sp.A, sp.cm.budget
+    if dp_cap_binds(sp, p):
+        return Wall.DP_CAP
+    if perf.bubble_fraction > BUBBLE_WARN:
+        return Wall.BUBBLE
+    if comm > COMM_WALL * perf.step_time_s:
+        return Wall.COMMUNICATION
+    if p.lay.tp * p.lay.pp > 1 and A.total_params * sp.cm.ctx.wb > budget:
+        return Wall.WEIGHTS
+    wb, gb, ob = sp.cm.ctx.wb, sp.cm.ctx.gb, sp.cm.ctx.ob
+    if A.total_params * (wb + gb + ob) > budget or mem.total > 0.9 * mem.hbm:
+        return Wall.MEMORY
+    return Wall.NONE
+
+
+def warnings(sp: Space, p: Point, perf: Performance) -> list[str]:
+    out = []
+    n, s = sp.H.num_gpus, sp.training.seq_len
+    if dp_cap_binds(sp, p):
+        cap = sp.batch.cap_seqs
+        out.append(
+            f"past the DP cap: the critical batch of {cap * s:,} tokens allows at most {cap} "
+            f"sequences per step, so at tp*pp*cp={p.lay.tp * p.lay.pp * p.lay.cp} at most "
+            f"{cap * p.lay.tp * p.lay.pp * p.lay.cp:,} of the {n:,} GPUs do useful data-parallel "
+            "work; the rest are wasted on extra model parallelism or idle (seed 004)"
+        )
+    if p.lay.tp > sp.H.gpn:
+        out.append(f"tp={p.lay.tp} crosses the node boundary ({sp.H.gpn} GPUs per node)")
+    if perf.bubble_fraction > BUBBLE_WARN:
+        out.append(f"the pipeline bubble is {perf.bubble_fraction:.0%} of the step (over 20%)")
+    if p.lay.gpus < n:
+        out.append(f"the plan uses {p.lay.gpus:,} of the {n:,} GPUs")
+    return out
