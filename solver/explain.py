@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from solver.costmodel import Point
+from solver.costmodel.model import MEMORY_UNIT
 from solver.hardware import GIB
 from solver.results import Explanation
 from solver.schema import Recompute
@@ -58,11 +59,12 @@ def reason(sp: Space) -> tuple[str, int]:
             ), 0
         return f"no tp*pp*cp*dp factorisation of {n} GPUs satisfies the rules and pins", 0
     p, need = f
+    need *= MEMORY_UNIT
     c = p.config()
     return (
         f"even tp={c.tp}, pp={c.pp}, cp={c.cp}, dp={c.dp}, ZeRO-{c.zero_stage}, "
         f"{c.recompute.value.lower()} recomputation and micro-batch {c.micro_batch_size} need "
-        f"{_gib(need)} per GPU against {_gib(sp.cm.budget)} usable of {_gib(sp.H.hbm)} HBM "
+        f"{_gib(need)} per GPU against {_gib(sp.cm.ctx.budget)} usable of {_gib(sp.H.hbm)} HBM "
         f"(after the {_gib(sp.cm.ctx.reserve_bytes)} reserve and "
         f"{sp.cm.ctx.fragmentation:.0%} fragmentation)"
     ), need

@@ -102,7 +102,10 @@ def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRes
     b = build(sp)
     if hint is not None:
         b.axes.hint(hint)
-    res = solve(b, o.time_limit_s, o.num_workers, o.relative_gap, stop_event)
+    if stop_event is not None and stop_event.is_set():
+        raise TimeoutError("the solve was stopped before it started")
+    left = o.time_limit_s - (time.perf_counter() - t0)  # the limit covers the model build too
+    res = solve(b, max(left, 1e-3), o.num_workers, o.relative_gap, stop_event)
     nv, nc = len(b.model.proto.variables), len(b.model.proto.constraints)
     point, fallback = res.point, False
     if point is None and hint is not None and res.status == "UNKNOWN":
@@ -171,10 +174,10 @@ def evaluate(req: EvaluateRequest) -> Evaluation:
         bad = [v for v in bad if "sequence_parallel" not in v]
     mem = cm.memory_bill(p)
     used = mem.total - mem.reserve
-    if used > cm.budget:
+    if not cm.fits(p):
         bad.append(
             f"memory: {used / 2**30:.1f} GiB per GPU on the {mem.stage} stage exceeds "
-            f"{cm.budget / 2**30:.1f} GiB usable of {H.hbm / 2**30:.1f} GiB HBM"
+            f"{cm.ctx.budget / 2**30:.1f} GiB usable of {H.hbm / 2**30:.1f} GiB HBM"
         )
     perf = cm.performance(p)
     return Evaluation(

@@ -86,8 +86,13 @@ class SolverInfo(_Strict):
     """What the CP-SAT solve reported."""
 
     status: str = Field(description="CP-SAT status name (OPTIMAL, FEASIBLE, INFEASIBLE, ...).")
-    objective: float = Field(description="Objective: scaled time per token (femtoseconds/token).")
+    objective: float = Field(
+        description="Objective in model units of time per token (see objective_unit_s)."
+    )
     bound: float = Field(description="Best proven bound on the objective (same unit).")
+    objective_unit_s: float = Field(
+        default=0.0, description="Seconds per token of one objective unit (1e-7 of the ideal)."
+    )
     gap: float = Field(description="Relative gap between objective and bound (fraction).")
     wall_time_s: float = Field(description="Wall time of the whole plan call (s).")
     solve_time_s: float = Field(description="Wall time inside CP-SAT (s).")

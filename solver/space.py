@@ -246,8 +246,8 @@ class Space:
         dps = {d for d, _, _ in db}
         rows = {r for r in rows if r.dp in dps}
         self.all_layouts = sorted(rows)
-        self.layouts = sorted(self._prune(rows))
         self.db_all = sorted(db)
+        self.layouts = sorted(self._prune(rows))
         keep_d = {r.dp for r in self.layouts}
         self.db = [x for x in self.db_all if x[0] in keep_d]
         vs = range(1, q.max_virtual_stages + 1)
@@ -270,18 +270,25 @@ class Space:
         return sorted({b for _, b, _ in self.db})
 
     def _prune(self, rows: set[Layout]) -> list[Layout]:
-        """Drop layouts whose static state alone overflows, whatever else is chosen."""
-        z, e = max(self.zs), max(self.ep_values())
+        """Drop layouts whose least-memory point overflows: memory falls monotonically with a
+        higher ZeRO stage, fuller recomputation, a smaller micro-batch and count, more experts
+        per rank and one chunk per stage, so that point bounds every other point of the row."""
+        z = max(self.zs)
+        order = [Recompute.FULL, Recompute.SELECTIVE, Recompute.NONE]
+        r = min(self.rs, key=order.index)
+        eps = self.ep_values()
+        first: dict[int, tuple[int, int]] = {}
+        for d, b, m in sorted(self.db_all, key=lambda x: (x[1], x[2])):
+            first.setdefault(d, (b, m))
         out = []
-        for r in rows:
-            e_r = max([x for x in self.ep_values() if (r.dp * r.cp) % x == 0], default=e)
-            p = Point(r, 1, 1, 1, e_r, Recompute.FULL, z)
-            static = max(
-                sum(v for k, v in self.cm.tenants_int(p, st).items() if k != "activations")
-                for st in ("first", "last")
-            )
-            if static <= self.cm.budget:
-                out.append(r)
+        for row in rows:
+            e = max([x for x in eps if (row.dp * row.cp) % x == 0], default=1)
+            if row.dp not in first:
+                continue
+            b, m = first[row.dp]
+            p = Point(row, 1, b, m, e, r, z)
+            if all(self.cm.stage_bytes(p, st) <= self.cm.budget for st in ("first", "last")):
+                out.append(row)
         return out
 
     def points(self):  # noqa: ANN201  (generator of Point; the product, for small spaces only)

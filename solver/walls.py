@@ -11,18 +11,19 @@ COMM_WALL = 0.25  # exposed communication above a quarter of the step
 
 
 def dp_cap_binds(sp: Space, p: Point) -> bool:
-    """The critical batch caps dp below what the cluster could feed with this model split."""
+    """The critical batch caps dp below what the cluster could feed (seed 004): even the least
+    model parallelism that fits, times the most replicas the cap allows, leaves GPUs over."""
     cap = sp.batch.cap_seqs
-    if not cap:
+    if not cap or not sp.layouts:
         return False
-    mp = p.lay.tp * p.lay.pp * p.lay.cp
-    return sp.H.num_gpus > cap * mp or (p.lay.gpus < sp.H.num_gpus and p.lay.dp * p.b * p.M >= cap)
+    mp_min = min(r.tp * r.pp * r.cp for r in sp.layouts)
+    return sp.H.num_gpus > cap * mp_min
 
 
 def wall(sp: Space, p: Point, perf: Performance, mem: MemoryBill) -> Wall:
     bd = perf.breakdown
     comm = bd.tp_comm_s + bd.cp_comm_s + bd.ep_comm_s + bd.pp_comm_s + bd.dp_comm_s
-    A, budget = sp.A, sp.cm.budget
+    A, budget = sp.A, sp.cm.ctx.budget
     if dp_cap_binds(sp, p):
         return Wall.DP_CAP
     if perf.bubble_fraction > BUBBLE_WARN:
@@ -44,9 +45,9 @@ def warnings(sp: Space, p: Point, perf: Performance) -> list[str]:
         cap = sp.batch.cap_seqs
         out.append(
             f"past the DP cap: the critical batch of {cap * s:,} tokens allows at most {cap} "
-            f"sequences per step, so at tp*pp*cp={p.lay.tp * p.lay.pp * p.lay.cp} at most "
-            f"{cap * p.lay.tp * p.lay.pp * p.lay.cp:,} of the {n:,} GPUs do useful data-parallel "
-            "work; the rest are wasted on extra model parallelism or idle (seed 004)"
+            f"sequences per step: at most {cap}-way data parallel, so GPUs beyond that are "
+            f"wasted on model parallelism the memory does not need (this plan: "
+            f"tp*pp*cp={p.lay.tp * p.lay.pp * p.lay.cp} on {p.lay.gpus:,} of {n:,} GPUs; seed 004)"
         )
     if p.lay.tp > sp.H.gpn:
         out.append(f"tp={p.lay.tp} crosses the node boundary ({sp.H.gpn} GPUs per node)")

@@ -15,7 +15,11 @@ from solver.hardware import Hardware
 from solver.results import MemoryBill, Performance, TimeBreakdown
 from solver.schema import Recompute, SearchSpec, TrainingSpec
 
-TIME_SCALE = 1e15  # objective unit: femtoseconds per token
+# Integer units of the CP-SAT model. Magnitudes must stay far below 2^63 even after presolve
+# multiplies coefficients together (OR-Tools 9.15 wrongly proved INFEASIBLE at fs and bytes), so
+# time is counted in 1e-7 of the ideal time per token and memory in KiB (rounded up).
+TIME_RESOLUTION = 1e7
+MEMORY_UNIT = 1024
 STAGES = ("first", "last")
 COMPONENTS = (
     "compute",
@@ -58,28 +62,33 @@ class CostModel:
             search.memory_fragmentation,
         )
         self.rates = Rates(self.ctx)
-        self.objective = Compiled.of(objective_terms(self.ctx, self.rates), TIME_SCALE, up=True)
+        ideal = arch.model_flops_per_token(training.seq_len) / (hw.num_gpus * hw.peak_bf16)
+        self.time_unit_s = ideal / TIME_RESOLUTION  # seconds per token of one objective unit
+        scale = 1.0 / self.time_unit_s
+        self.objective = Compiled.of(objective_terms(self.ctx, self.rates), scale, up=True)
         self.dp: dict[int, tuple[Compiled, Compiled]] = {}
         for z in range(4):
             comm, credit = dp_terms(self.ctx, self.rates, z)
             self.dp[z] = (
-                Compiled.of(comm, TIME_SCALE, up=True),
-                Compiled.of(credit, TIME_SCALE, up=False),
+                Compiled.of(comm, scale, up=True),
+                Compiled.of(credit, scale, up=False),
             )
         self.memory: dict[str, StageMemory] = {}
         for st in STAGES:
             terms, pairs = memory_terms(self.ctx, st)
+            unit = 1.0 / MEMORY_UNIT
             self.memory[st] = StageMemory(
-                Compiled.of(terms, 1.0, up=True, merge=False),
+                Compiled.of(terms, unit, up=True, merge=False),
                 [
-                    (Compiled.of([a], 1.0, True, False), Compiled.of([b], 1.0, True, False))
+                    (Compiled.of([a], unit, True, False), Compiled.of([b], unit, True, False))
                     for a, b in pairs
                 ],
             )
 
     @property
     def budget(self) -> int:
-        return self.ctx.budget
+        """Usable memory per GPU in model units (KiB, rounded down)."""
+        return self.ctx.budget // MEMORY_UNIT
 
     # ---- integer form: what CP-SAT optimises and the oracle enumerates --------------------
     def objective_int(self, p: Point) -> int:
@@ -87,6 +96,7 @@ class CostModel:
         return self.objective.value(p) + max(0, comm.value(p) - credit.value(p))
 
     def tenants_int(self, p: Point, stage: str) -> dict[str, int]:
+        """Memory by tenant in model units (KiB, each term rounded up)."""
         m = self.memory[stage]
         out = dict.fromkeys(TENANTS, 0)
         for k, v in m.base.by_name(p).items():
@@ -144,7 +154,7 @@ class CostModel:
     def memory_bill(self, p: Point) -> MemoryBill:
         per = {st: self.tenants_int(p, st) for st in STAGES}
         stage = max(STAGES, key=lambda st: sum(per[st].values()))
-        t = per[stage]
+        t = {k: v * MEMORY_UNIT for k, v in per[stage].items()}
         used = sum(t.values())
         reserve = self.ctx.reserve_for(used)
         return MemoryBill(**t, reserve=reserve, total=used + reserve, hbm=self.hw.hbm, stage=stage)

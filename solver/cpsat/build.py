@@ -29,8 +29,8 @@ def add_memory(m: cp_model.CpModel, ax: Axes, sp: Space) -> None:
             hi = max(ha, hb)
             pick = m.new_bool_var("pick_first")
             both = m.new_int_var(0, max(hi, 0), "min_pair")
-            m.add(both >= va).only_enforce_if(pick)
-            m.add(both >= vb).only_enforce_if(~pick)
+            m.add(both == va).only_enforce_if(pick)
+            m.add(both == vb).only_enforce_if(~pick)
             parts.append(both)
         m.add(sum(parts) <= sp.cm.budget)
 
@@ -58,6 +58,9 @@ def build(sp: Space) -> Built:
     m = cp_model.CpModel()
     ax = Axes(m, sp)
     add_memory(m, ax, sp)
-    obj = sum(compiled_vars(m, ax, sp.cm.objective)[0]) + add_dp_exposure(m, ax, sp)
+    bounds = [0] * len(ax.lay)
+    obj = sum(compiled_vars(m, ax, sp.cm.objective, bounds)[0]) + add_dp_exposure(m, ax, sp)
+    # A valid cut: the objective is at least the chosen row's least cost (gives the LP a bound).
+    m.add(obj >= cp_model.LinearExpr.weighted_sum(list(ax.lay.values()), bounds))
     m.minimize(obj)
     return Built(m, ax, obj)

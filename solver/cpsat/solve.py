@@ -32,6 +32,10 @@ def solve(
     s.parameters.num_workers = workers
     s.parameters.relative_gap_limit = gap
     s.parameters.random_seed = 0
+    # Symmetry detection aborts multi-worker solves of these models (OR-Tools 9.15,
+    # absl::btree_map::at); the LP of the indicator chains needs the stronger linearization.
+    s.parameters.symmetry_level = 0
+    s.parameters.linearization_level = 2
     done = threading.Event()
     watcher = None
     if stop is not None:

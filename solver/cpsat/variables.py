@@ -28,6 +28,7 @@ class Axes:
             m.add_exactly_one(d.values())
         self._channel()
         self._keys: dict[tuple[str, object], cp_model.IntVar | bool] = {}
+        self._compat: dict[tuple[str, Layout], list[object]] = {}
 
     def _rows(self, key) -> dict[object, list[cp_model.IntVar]]:  # noqa: ANN001
         out: dict[object, list[cp_model.IntVar]] = defaultdict(list)
@@ -49,6 +50,20 @@ class Axes:
         for (t, e), b in self.vals["te"].items():
             ok = [y for r, y in self.lay.items() if r.tp == t and (r.dp * r.cp) % e == 0]
             m.add(b <= sum(ok))
+
+    def compatible(self, axis: str, row: Layout) -> list[object]:
+        """Values of a composite axis that agree with a layout row."""
+        key = (axis, row)
+        if key not in self._compat:
+            vals = self.vals[axis]
+            if axis == "pv":
+                out = [k for k in vals if k[0] == row.pp]
+            elif axis == "db":
+                out = [k for k in vals if k[0] == row.dp]
+            else:
+                out = [k for k in vals if k[0] == row.tp and (row.dp * row.cp) % k[1] == 0]
+            self._compat[key] = out
+        return self._compat[key]
 
     def key_literal(self, axis: str, key, keyval: object) -> cp_model.IntVar | bool:  # noqa: ANN001
         """A literal true iff the axis value maps to `keyval` under `key`."""

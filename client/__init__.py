@@ -1,0 +1,32 @@
+"""Thin Python client of meshplan.v1.Planner: the solver's pydantic objects in and out.
+
+from client import PlannerClient
+with PlannerClient("localhost:50051") as planner:
+    result = planner.plan(PlanRequest(...), timeout=30)
+"""
+
+from client.aio import AsyncPlannerClient
+from client.exceptions import (
+    CancelledError,
+    DeadlineExceededError,
+    FieldViolation,
+    InvalidRequestError,
+    OverloadedError,
+    PlannerError,
+    UnavailableError,
+)
+from client.sync import BatchItem, Catalog, PlannerClient
+
+__all__ = [
+    "AsyncPlannerClient",
+    "BatchItem",
+    "CancelledError",
+    "Catalog",
+    "DeadlineExceededError",
+    "FieldViolation",
+    "InvalidRequestError",
+    "OverloadedError",
+    "PlannerClient",
+    "PlannerError",
+    "UnavailableError",
+]

@@ -1,0 +1,182 @@
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Precision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRECISION_UNSPECIFIED: _ClassVar[Precision]
+    PRECISION_BF16: _ClassVar[Precision]
+    PRECISION_FP8: _ClassVar[Precision]
+
+class Recompute(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RECOMPUTE_UNSPECIFIED: _ClassVar[Recompute]
+    RECOMPUTE_NONE: _ClassVar[Recompute]
+    RECOMPUTE_SELECTIVE: _ClassVar[Recompute]
+    RECOMPUTE_FULL: _ClassVar[Recompute]
+
+class Framework(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FRAMEWORK_UNSPECIFIED: _ClassVar[Framework]
+    FRAMEWORK_ANY: _ClassVar[Framework]
+    FRAMEWORK_KEMPNERFORGE: _ClassVar[Framework]
+PRECISION_UNSPECIFIED: Precision
+PRECISION_BF16: Precision
+PRECISION_FP8: Precision
+RECOMPUTE_UNSPECIFIED: Recompute
+RECOMPUTE_NONE: Recompute
+RECOMPUTE_SELECTIVE: Recompute
+RECOMPUTE_FULL: Recompute
+FRAMEWORK_UNSPECIFIED: Framework
+FRAMEWORK_ANY: Framework
+FRAMEWORK_KEMPNERFORGE: Framework
+
+class MoESpec(_message.Message):
+    __slots__ = ("num_experts", "top_k", "expert_ffn_hidden_size", "num_shared_experts", "num_dense_layers")
+    NUM_EXPERTS_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    EXPERT_FFN_HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_SHARED_EXPERTS_FIELD_NUMBER: _ClassVar[int]
+    NUM_DENSE_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    num_experts: int
+    top_k: int
+    expert_ffn_hidden_size: int
+    num_shared_experts: int
+    num_dense_layers: int
+    def __init__(self, num_experts: _Optional[int] = ..., top_k: _Optional[int] = ..., expert_ffn_hidden_size: _Optional[int] = ..., num_shared_experts: _Optional[int] = ..., num_dense_layers: _Optional[int] = ...) -> None: ...
+
+class ModelSpec(_message.Message):
+    __slots__ = ("preset", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "gated_mlp", "tie_embeddings", "moe")
+    PRESET_FIELD_NUMBER: _ClassVar[int]
+    NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_ATTENTION_HEADS_FIELD_NUMBER: _ClassVar[int]
+    NUM_KV_HEADS_FIELD_NUMBER: _ClassVar[int]
+    FFN_HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    GATED_MLP_FIELD_NUMBER: _ClassVar[int]
+    TIE_EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    MOE_FIELD_NUMBER: _ClassVar[int]
+    preset: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    ffn_hidden_size: int
+    vocab_size: int
+    gated_mlp: bool
+    tie_embeddings: bool
+    moe: MoESpec
+    def __init__(self, preset: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., gated_mlp: _Optional[bool] = ..., tie_embeddings: _Optional[bool] = ..., moe: _Optional[_Union[MoESpec, _Mapping]] = ...) -> None: ...
+
+class ClusterSpec(_message.Message):
+    __slots__ = ("gpu", "num_gpus", "gpus_per_node", "hbm_gib", "peak_bf16_tflops", "intra_node_gbps", "inter_node_gbps")
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
+    GPUS_PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    HBM_GIB_FIELD_NUMBER: _ClassVar[int]
+    PEAK_BF16_TFLOPS_FIELD_NUMBER: _ClassVar[int]
+    INTRA_NODE_GBPS_FIELD_NUMBER: _ClassVar[int]
+    INTER_NODE_GBPS_FIELD_NUMBER: _ClassVar[int]
+    gpu: str
+    num_gpus: int
+    gpus_per_node: int
+    hbm_gib: float
+    peak_bf16_tflops: float
+    intra_node_gbps: float
+    inter_node_gbps: float
+    def __init__(self, gpu: _Optional[str] = ..., num_gpus: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., hbm_gib: _Optional[float] = ..., peak_bf16_tflops: _Optional[float] = ..., intra_node_gbps: _Optional[float] = ..., inter_node_gbps: _Optional[float] = ...) -> None: ...
+
+class TrainingSpec(_message.Message):
+    __slots__ = ("seq_len", "global_batch_tokens", "critical_batch_tokens", "precision")
+    SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CRITICAL_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
+    seq_len: int
+    global_batch_tokens: int
+    critical_batch_tokens: int
+    precision: Precision
+    def __init__(self, seq_len: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ..., critical_batch_tokens: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ...) -> None: ...
+
+class ParallelConfig(_message.Message):
+    __slots__ = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches", "zero_stage", "recompute", "sequence_parallel")
+    TP_FIELD_NUMBER: _ClassVar[int]
+    PP_FIELD_NUMBER: _ClassVar[int]
+    DP_FIELD_NUMBER: _ClassVar[int]
+    CP_FIELD_NUMBER: _ClassVar[int]
+    EP_FIELD_NUMBER: _ClassVar[int]
+    VIRTUAL_STAGES_FIELD_NUMBER: _ClassVar[int]
+    MICRO_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_MICROBATCHES_FIELD_NUMBER: _ClassVar[int]
+    ZERO_STAGE_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    virtual_stages: int
+    micro_batch_size: int
+    num_microbatches: int
+    zero_stage: int
+    recompute: Recompute
+    sequence_parallel: bool
+    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., ep: _Optional[int] = ..., virtual_stages: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., zero_stage: _Optional[int] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ...) -> None: ...
+
+class SearchSpec(_message.Message):
+    __slots__ = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches", "zero_stage", "recompute", "sequence_parallel", "allow_fewer_gpus", "framework", "memory_reserve_gib", "memory_fragmentation", "max_micro_batch_size", "max_virtual_stages")
+    TP_FIELD_NUMBER: _ClassVar[int]
+    PP_FIELD_NUMBER: _ClassVar[int]
+    DP_FIELD_NUMBER: _ClassVar[int]
+    CP_FIELD_NUMBER: _ClassVar[int]
+    EP_FIELD_NUMBER: _ClassVar[int]
+    VIRTUAL_STAGES_FIELD_NUMBER: _ClassVar[int]
+    MICRO_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_MICROBATCHES_FIELD_NUMBER: _ClassVar[int]
+    ZERO_STAGE_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_FEWER_GPUS_FIELD_NUMBER: _ClassVar[int]
+    FRAMEWORK_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_RESERVE_GIB_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FRAGMENTATION_FIELD_NUMBER: _ClassVar[int]
+    MAX_MICRO_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MAX_VIRTUAL_STAGES_FIELD_NUMBER: _ClassVar[int]
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    virtual_stages: int
+    micro_batch_size: int
+    num_microbatches: int
+    zero_stage: int
+    recompute: Recompute
+    sequence_parallel: bool
+    allow_fewer_gpus: bool
+    framework: Framework
+    memory_reserve_gib: float
+    memory_fragmentation: float
+    max_micro_batch_size: int
+    max_virtual_stages: int
+    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., ep: _Optional[int] = ..., virtual_stages: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., zero_stage: _Optional[int] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., allow_fewer_gpus: _Optional[bool] = ..., framework: _Optional[_Union[Framework, str]] = ..., memory_reserve_gib: _Optional[float] = ..., memory_fragmentation: _Optional[float] = ..., max_micro_batch_size: _Optional[int] = ..., max_virtual_stages: _Optional[int] = ...) -> None: ...
+
+class Options(_message.Message):
+    __slots__ = ("top_k", "time_limit_s", "num_workers", "relative_gap", "explain")
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    TIME_LIMIT_S_FIELD_NUMBER: _ClassVar[int]
+    NUM_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    RELATIVE_GAP_FIELD_NUMBER: _ClassVar[int]
+    EXPLAIN_FIELD_NUMBER: _ClassVar[int]
+    top_k: int
+    time_limit_s: float
+    num_workers: int
+    relative_gap: float
+    explain: bool
+    def __init__(self, top_k: _Optional[int] = ..., time_limit_s: _Optional[float] = ..., num_workers: _Optional[int] = ..., relative_gap: _Optional[float] = ..., explain: _Optional[bool] = ...) -> None: ...

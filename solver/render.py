@@ -1,0 +1,90 @@
+"""Readable tables for the CLI: the layout, the memory bill against HBM, time, the wall."""
+
+from __future__ import annotations
+
+from solver.results import Evaluation, MemoryBill, Performance, PlanResult
+from solver.schema import EvaluateRequest, ParallelConfig, PlanRequest
+
+GIB = 1 << 30
+
+
+def _layout(c: ParallelConfig) -> str:
+    return (
+        f"tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp} ep={c.ep} virtual_stages={c.virtual_stages}"
+        f"\n  micro_batch_size={c.micro_batch_size} num_microbatches={c.num_microbatches} "
+        f"zero_stage={c.zero_stage} recompute={c.recompute.value} "
+        f"sequence_parallel={str(c.sequence_parallel).lower()}"
+    )
+
+
+def _memory(m: MemoryBill) -> str:
+    rows = [
+        ("weights", m.weights),
+        ("gradients", m.gradients),
+        ("optimizer", m.optimizer),
+        ("activations", m.activations),
+        ("reserve", m.reserve),
+        ("total", m.total),
+    ]
+    out = [f"memory per GPU ({m.stage} stage) against {m.hbm / GIB:.1f} GiB HBM:"]
+    for name, v in rows:
+        bar = "#" * int(round(30 * v / m.hbm))
+        out.append(f"  {name:<12}{v / GIB:>8.2f} GiB  {bar}")
+    return "\n".join(out)
+
+
+def _time(p: Performance) -> str:
+    bd = p.breakdown.model_dump()
+    out = [
+        f"step {p.step_time_s:.3f} s   {p.tokens_per_s:,.0f} tokens/s   MFU {p.mfu:.1%} "
+        f"(HFU {p.hfu:.1%})   batch {p.global_batch_tokens:,} tokens on {p.num_gpus_used:,} GPUs"
+    ]
+    for k, v in bd.items():
+        if v > 0:
+            out.append(f"  {k[:-2]:<12}{v:>9.4f} s  {v / p.step_time_s:>6.1%}")
+    return "\n".join(out)
+
+
+def render_plan(req: PlanRequest, r: PlanResult) -> str:
+    n = r.num_parameters
+    head = (
+        f"{req.model.preset or 'model'} ({n.total / 1e9:.1f}B params, {n.active / 1e9:.1f}B "
+        f"active) on {req.cluster.num_gpus:,} x {req.cluster.gpu}: {r.status.value}"
+    )
+    if r.config is None:
+        e = r.explanation
+        lines = [head, f"  {e.reason}" if e else ""]
+        return "\n".join(lines)
+    s = r.solver
+    lines = [
+        head,
+        _layout(r.config),
+        _memory(r.memory),
+        _time(r.performance),
+        f"binding wall: {r.binding_wall.value}",
+    ]
+    lines += [f"warning: {w}" for w in r.warnings]
+    if s:
+        lines.append(
+            f"solver: {s.status} objective={s.objective:.0f} bound={s.bound:.0f} "
+            f"gap={s.gap:.2%} in {s.wall_time_s * 1e3:.0f} ms "
+            f"({s.num_layouts} layouts, {s.num_variables} vars)"
+        )
+    for i, a in enumerate(r.alternatives, 1):
+        c = a.config
+        lines.append(
+            f"alt {i}: tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp} ep={c.ep} "
+            f"v={c.virtual_stages} b={c.micro_batch_size} M={c.num_microbatches} "
+            f"zero={c.zero_stage} {c.recompute.value}: MFU {a.performance.mfu:.1%}, "
+            f"{a.performance.tokens_per_s:,.0f} tok/s"
+        )
+    return "\n".join(lines)
+
+
+def render_evaluation(req: EvaluateRequest, r: Evaluation) -> str:
+    lines = [f"{'fits' if r.fits else 'does NOT fit'}", _layout(r.config), _memory(r.memory)]
+    if r.performance:
+        lines.append(_time(r.performance))
+    lines += [f"violation: {v}" for v in r.violations]
+    lines += [f"warning: {w}" for w in r.warnings]
+    return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""Deadlines, cancellation, overload and health under load, on a real server on port 0.
+
+The solver is replaced in-process by fakes (tests/test_grpc_support.py: BlockingPlan runs until
+its stop event is set) so that these tests are exact and fast; tests/test_grpc_server.py runs
+the same paths through the real solver.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from test_grpc_support import LOOPBACK, BlockingPlan, no_plan, running_server, small_request
+
+from client import (
+    DeadlineExceededError,
+    InvalidRequestError,
+    OverloadedError,
+    PlannerClient,
+)
+from client.sync import plan_message
+from meshplan.v1 import planner_pb2, planner_pb2_grpc
+from solver.results import PlanResult
+from solver.schema import PlanRequest
+
+
+def test_deadline_caps_the_solve_time() -> None:
+    seen: list[PlanRequest] = []
+
+    def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanResult:
+        seen.append(req)
+        return no_plan("OPTIMAL")
+
+    with (
+        running_server(plan_fn=plan, deadline_margin_s=0.05) as (port, _),
+        PlannerClient(f"{LOOPBACK}:{port}") as client,
+    ):
+        client.plan(small_request(time_limit_s=30.0), timeout=0.6)  # capped by the deadline
+        client.plan(small_request(time_limit_s=0.2), timeout=30)  # the request's own limit
+        client.plan(small_request(), timeout=30)  # the server's default
+        client.plan(small_request(time_limit_s=3000.0), timeout=3600)  # the server's cap
+    limits = [r.options.time_limit_s for r in seen]
+    assert 0.3 < limits[0] <= 0.6 * 0.9 - 0.05  # Settings.deadline_reserve, deadline_margin_s
+    assert limits[1] == 0.2
+    assert limits[2] == 10.0  # Settings.default_time_limit_s
+    assert limits[3] == 60.0  # Settings.max_time_limit_s
+    assert all(r.options.num_workers == 1 for r in seen)  # Settings.workers_per_solve
+
+
+def test_nothing_found_before_the_deadline_is_deadline_exceeded() -> None:
+    with (
+        running_server(plan_fn=BlockingPlan()) as (port, _),
+        PlannerClient(f"{LOOPBACK}:{port}") as client,
+    ):
+        started = time.monotonic()
+        with pytest.raises(DeadlineExceededError):
+            client.plan(small_request(time_limit_s=30.0), timeout=0.4)
+        assert time.monotonic() - started < 1.0
+
+
+def test_infeasible_without_a_deadline_is_a_normal_answer() -> None:
+    def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanResult:
+        return no_plan("INFEASIBLE")
+
+    with running_server(plan_fn=plan) as (port, _), PlannerClient(f"{LOOPBACK}:{port}") as client:
+        result = client.plan(small_request(), timeout=0.5)
+    assert result.status.value == "INFEASIBLE" and result.explanation is not None
+
+
+def test_cancelled_call_stops_its_solve_within_50ms() -> None:
+    fake = BlockingPlan()
+    with (
+        running_server(plan_fn=fake) as (port, _),
+        grpc.insecure_channel(f"{LOOPBACK}:{port}") as channel,
+    ):
+        stub = planner_pb2_grpc.PlannerStub(channel)
+        for _ in range(3):
+            future = stub.Plan.future(plan_message(small_request(time_limit_s=30)), timeout=30)
+            fake.wait_started()
+            time.sleep(0.05)
+            cancelled = time.monotonic()
+            future.cancel()
+            deadline = time.monotonic() + 2
+            while len(fake.stopped_at) < 1 and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert fake.stopped_at, "the solve was not stopped"
+            assert fake.stopped_at.pop() - cancelled < 0.05
+
+
+def test_health_answers_while_every_slot_is_busy_and_overload_is_refused() -> None:
+    fake = BlockingPlan()
+    with (
+        running_server(plan_fn=fake, max_concurrent_solves=2, max_queued_solves=1) as (port, _),
+        grpc.insecure_channel(f"{LOOPBACK}:{port}") as channel,
+    ):
+        stub = planner_pb2_grpc.PlannerStub(channel)
+        msg = plan_message(small_request(time_limit_s=30))
+        busy = [stub.Plan.future(msg, timeout=30) for _ in range(3)]  # 2 solving, 1 queued
+        fake.wait_started(2)
+        health = health_pb2_grpc.HealthStub(channel)
+        for _ in range(5):
+            started = time.monotonic()
+            answer = health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+            assert time.monotonic() - started < 0.2
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Plan(msg, timeout=5)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        with PlannerClient(f"{LOOPBACK}:{port}") as client:
+            with pytest.raises(OverloadedError):
+                client.plan(small_request(), timeout=5)
+            assert len(client.list_catalog(timeout=1).gpus) > 0  # not a solve: served
+        for call in busy:
+            call.cancel()
+
+
+def test_batch_cap_and_empty_batch_are_invalid() -> None:
+    with (
+        running_server(plan_fn=BlockingPlan(), max_batch_requests=3) as (port, _),
+        PlannerClient(f"{LOOPBACK}:{port}") as client,
+    ):
+        for count, word in ((0, "empty"), (4, "cap of 3")):
+            with pytest.raises(InvalidRequestError) as bad:
+                list(client.plan_batch([small_request()] * count, timeout=5))
+            assert [v.field for v in bad.value.violations] == ["requests"]
+            assert word in bad.value.violations[0].description
+
+
+def test_cancelling_a_batch_stops_its_solves() -> None:
+    fake = BlockingPlan()
+    with (
+        running_server(plan_fn=fake, max_concurrent_solves=2) as (port, _),
+        grpc.insecure_channel(f"{LOOPBACK}:{port}") as channel,
+    ):
+        stub = planner_pb2_grpc.PlannerStub(channel)
+        batch = planner_pb2.PlanBatchRequest(
+            requests=[plan_message(small_request(time_limit_s=30))] * 5
+        )
+        stream = stub.PlanBatch(batch, timeout=30)
+        fake.wait_started(2)
+        cancelled = time.monotonic()
+        stream.cancel()
+        deadline = time.monotonic() + 2
+        while len(fake.stopped_at) < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert len(fake.stopped_at) == 2
+        assert max(fake.stopped_at) - cancelled < 0.05
+        time.sleep(0.1)
+        assert len(fake.requests) == 2  # the three queued items never started
