@@ -11,13 +11,14 @@ COMM_WALL = 0.25  # exposed communication above a quarter of the step
 
 
 def dp_cap_binds(sp: Space, p: Point) -> bool:
-    """The critical batch caps dp below what the cluster could feed (seed 004): even the least
-    model parallelism that fits, times the most replicas the cap allows, leaves GPUs over."""
+    """The critical batch caps dp below what the cluster could feed (seed 004): the model
+    parallelism that the weights force (seed 000's ladder: bf16 weights per GPU), times the most
+    replicas the cap allows, leaves GPUs over."""
     cap = sp.batch.cap_seqs
-    if not cap or not sp.layouts:
+    if not cap:
         return False
-    mp_min = min(r.tp * r.pp * r.cp for r in sp.layouts)
-    return sp.H.num_gpus > cap * mp_min
+    mp_floor = -(-sp.A.total_params * sp.cm.ctx.wb // sp.cm.ctx.budget)
+    return sp.H.num_gpus > cap * mp_floor
 
 
 def wall(sp: Space, p: Point, perf: Performance, mem: MemoryBill) -> Wall:
