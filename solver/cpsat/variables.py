@@ -111,7 +111,3 @@ class Axes:
 
     def size(self) -> int:
         return len(self.lay) + sum(len(d) for d in self.vals.values())
-
-
-def layout_rows(sp: Space) -> list[Layout]:
-    return sp.layouts
