@@ -6,7 +6,6 @@ from solver.costmodel import Point
 from solver.costmodel.model import MEMORY_UNIT
 from solver.hardware import GIB
 from solver.results import Explanation
-from solver.schema import Recompute
 from solver.space import Space
 
 
@@ -14,19 +13,11 @@ def frugal(sp: Space) -> tuple[Point, int] | None:
     """The least-memory point of the space (memory falls monotonically along each axis chosen:
     the highest ZeRO stage, full recomputation, the smallest micro-batch and count, the most
     experts per rank, one model chunk); None when the space has no layout at all."""
-    rows = sp.all_layouts
-    if not rows or not sp.db_all:
-        return None
-    z = max(sp.zs)
-    r = min(sp.rs, key=[Recompute.FULL, Recompute.SELECTIVE, Recompute.NONE].index)
     best: tuple[Point, int] | None = None
-    for lay in rows:
-        dbs = [x for x in sp.db_all if x[0] == lay.dp]
-        eps = [e for t, e in sp.te_all if t == lay.tp and (lay.dp * lay.cp) % e == 0]
-        if not dbs or not eps:
+    for lay in sp.all_layouts:
+        p = sp.least_memory_point(lay)
+        if p is None:
             continue
-        _, b, m = min(dbs, key=lambda x: (x[1], x[2]))
-        p = Point(lay, 1, b, m, max(eps), r, z)
         need = max(sp.cm.stage_bytes(p, st) for st in ("first", "last"))
         if best is None or need < best[1]:
             best = (p, need)

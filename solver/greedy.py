@@ -6,13 +6,14 @@ points of the space and keeps the first that fits, so it is never better than th
 
 from __future__ import annotations
 
-from solver.costmodel import Point
+from solver.costmodel import Layout, Point
 from solver.schema import Recompute
 from solver.space import Space
 
 
-def greedy(sp: Space) -> Point | None:
-    """Smallest tp, then smallest pp, that fit with ZeRO-3; cheapest recompute; largest batch."""
+def greedy(sp: Space, rows: list[Layout] | None = None) -> Point | None:
+    """Smallest tp, then smallest pp, that fit with ZeRO-3; cheapest recompute; largest batch.
+    `rows`: the layouts to try (default: all of the space's)."""
     zs = sorted(sp.zs, reverse=True)
     order = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
     rs = sorted(sp.rs, key=order.get)
@@ -20,7 +21,7 @@ def greedy(sp: Space) -> Point | None:
     te = {}
     for t, e in sp.te:
         te.setdefault(t, []).append(e)
-    rows = sorted(sp.layouts, key=lambda r: (-r.gpus, r.cp, r.tp, r.pp))
+    rows = sorted(sp.layouts if rows is None else rows, key=lambda r: (-r.gpus, r.cp, r.tp, r.pp))
     for lay in rows:
         dbs = sorted((x for x in sp.db if x[0] == lay.dp), key=lambda x: (-x[1] * x[2], x[1]))
         eps = sorted((e for e in te.get(lay.tp, []) if (lay.dp * lay.cp) % e == 0), reverse=True)

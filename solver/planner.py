@@ -7,8 +7,8 @@ import time
 
 from solver.arch import Arch, resolve_model
 from solver.costmodel import CostModel, Point
-from solver.cpsat.build import build
-from solver.cpsat.solve import solve
+from solver.cpsat.search import search
+from solver.cpsat.tables import Stopped, Tables
 from solver.explain import explain
 from solver.greedy import greedy
 from solver.hardware import Hardware, resolve_cluster
@@ -63,7 +63,7 @@ def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRes
     t0 = time.perf_counter()
     A, H, cm = _resolve(req)
     check_pins(A, H, req.search)
-    sp = Space.build(A, H, req.training, req.search, cm)
+    sp = Space.build(A, H, req.training, req.search, cm, prune=False)
     o = req.options
 
     def rebuild(n: int) -> Space:
@@ -98,41 +98,33 @@ def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRes
 
     if not (sp.layouts and sp.pv and sp.db and sp.te):
         return infeasible("INFEASIBLE", 0.0)
-    hint = greedy(sp)
-    b = build(sp)
-    if hint is not None:
-        b.axes.hint(hint)
-    if stop_event is not None and stop_event.is_set():
-        raise TimeoutError("the solve was stopped before it started")
-    left = o.time_limit_s - (time.perf_counter() - t0)  # the limit covers the model build too
-    res = solve(b, max(left, 1e-3), o.num_workers, o.relative_gap, stop_event)
-    nv, nc = len(b.model.proto.variables), len(b.model.proto.constraints)
-    point, fallback = res.point, False
-    if point is None and hint is not None and res.status == "UNKNOWN":
+    deadline = t0 + o.time_limit_s  # the limit covers building the tables and models too
+
+    def check() -> None:
+        if time.perf_counter() >= deadline or (stop_event is not None and stop_event.is_set()):
+            raise Stopped()
+
+    tables = Tables(sp, check)
+    try:
+        bounds = tables.coarse()
+    except Stopped:
+        raise TimeoutError("the solve was stopped before any plan was found") from None
+    hint = greedy(sp, [r for r in sp.layouts if bounds[r] is not None])
+    f = search(tables, hint, deadline, o.num_workers, o.relative_gap, o.top_k, stop_event)
+    nv, nc = f.num_variables, f.num_constraints
+    point, fallback = (f.points[0] if f.points else None), False
+    if point is None and hint is not None and f.status == "UNKNOWN":
         point, fallback = hint, True
     if point is None:
-        if res.status == "UNKNOWN":  # out of time with nothing in hand: not a proof
+        if f.status == "UNKNOWN":  # out of time with nothing in hand: not a proof
             raise TimeoutError("the solve was stopped before any plan was found")
-        return infeasible(res.status, res.solve_time_s, nv, nc)
+        return infeasible(f.status, f.solve_time_s, nv, nc)
     assert cm.fits(point), "CP-SAT returned a point the cost model rejects"
     objective = cm.objective_int(point)
-    bound = res.bound if not fallback else 0.0
+    bound = f.bound if not fallback else 0.0
     perf, mem, w, warns = _score(sp, point)
-    alts = []
-    for _ in range(o.top_k):
-        b.model.add(sum(b.axes.point_literals(point if not alts else alts[-1][0])) <= 3)
-        b.model.clear_hints()
-        r = solve(
-            b,
-            max(o.time_limit_s - (time.perf_counter() - t0), 0.01),
-            o.num_workers,
-            o.relative_gap,
-            stop_event,
-        )
-        if r.point is None:
-            break
-        alts.append((r.point, *_score(sp, r.point)))
-    status = PlanStatus.OPTIMAL if res.status == "OPTIMAL" else PlanStatus.FEASIBLE
+    alts = [(p, *_score(sp, p)) for p in f.points[1:]]
+    status = PlanStatus.OPTIMAL if f.status == "OPTIMAL" else PlanStatus.FEASIBLE
     gap = 0.0 if status is PlanStatus.OPTIMAL else abs(objective - bound) / max(objective, 1)
     return PlanResult(
         status=status,
@@ -147,12 +139,13 @@ def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRes
             for p, pf, m, ww, _ in alts
         ],
         solver=SolverInfo(
-            status=res.status if not fallback else "FALLBACK",
+            status=f.status if not fallback else "FALLBACK",
             objective=objective,
             bound=bound,
+            objective_unit_s=cm.time_unit_s,
             gap=gap,
             wall_time_s=time.perf_counter() - t0,
-            solve_time_s=res.solve_time_s,
+            solve_time_s=f.solve_time_s,
             num_variables=nv,
             num_constraints=nc,
             num_layouts=len(sp.layouts),

@@ -6,7 +6,7 @@ them, and the oracle checks that by enumerating raw ranges against the same rule
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import gcd
 
 from solver.arch import Arch
@@ -187,9 +187,12 @@ class Space:
         search: SearchSpec,
         cm: CostModel,
         num_gpus: int | None = None,
+        prune: bool = True,
     ) -> Space:
+        """The space of a request; `prune` drops the layouts whose least memory overflows (the
+        planner leaves that to its vectorised bounds, which find the same and more)."""
         sp = Space(A, H, training, search, cm, batch_of(training))
-        sp._generate(num_gpus or H.num_gpus)
+        sp._generate(num_gpus or H.num_gpus, prune)
         return sp
 
     # -- per-axis domains ------------------------------------------------------------------
@@ -210,7 +213,7 @@ class Space:
             return [1]
         return [e for e in divisors(self.A.E) if not self.search.ep or e == self.search.ep]
 
-    def _generate(self, n: int) -> None:
+    def _generate(self, n: int, prune: bool = True) -> None:
         A, q, s = self.A, self.search, self.training.seq_len
         counts = fewer_gpu_counts(n, self.H.gpn) if q.allow_fewer_gpus else [n]
         no_pp = q.framework is Framework.KEMPNERFORGE and A.is_moe
@@ -247,7 +250,7 @@ class Space:
         rows = {r for r in rows if r.dp in dps}
         self.all_layouts = sorted(rows)
         self.db_all = sorted(db)
-        self.layouts = sorted(self._prune(rows))
+        self.layouts = sorted(self._prune(rows) if prune else rows)
         keep_d = {r.dp for r in self.layouts}
         self.db = [x for x in self.db_all if x[0] in keep_d]
         vs = range(1, q.max_virtual_stages + 1)
@@ -266,30 +269,40 @@ class Space:
         pps = {p for p, _ in self.pv}
         self.layouts = [r for r in self.layouts if r.pp in pps]
 
+    def restrict(self, rows: list[Layout]) -> Space:
+        """The same space over some of its layout rows, with the axis values those rows use."""
+        pps, dps, tps = {r.pp for r in rows}, {r.dp for r in rows}, {r.tp for r in rows}
+        return replace(
+            self,
+            layouts=list(rows),
+            pv=[x for x in self.pv if x[0] in pps],
+            db=[x for x in self.db if x[0] in dps],
+            te=[
+                (t, e)
+                for t, e in self.te
+                if t in tps and any(r.tp == t and (r.dp * r.cp) % e == 0 for r in rows)
+            ],
+        )
+
     def micro_batch_sizes(self) -> list[int]:
         return sorted({b for _, b, _ in self.db})
 
-    def _prune(self, rows: set[Layout]) -> list[Layout]:
-        """Drop layouts whose least-memory point overflows: memory falls monotonically with a
-        higher ZeRO stage, fuller recomputation, a smaller micro-batch and count, more experts
-        per rank and one chunk per stage, so that point bounds every other point of the row."""
-        z = max(self.zs)
+    def least_memory_point(self, row: Layout) -> Point | None:
+        """The row's point of least memory: memory falls monotonically with a higher ZeRO
+        stage, fuller recomputation, a smaller micro-batch and count, more experts per rank and
+        one chunk per stage, so this point bounds every other point of the row."""
+        dbs = [x for x in self.db_all if x[0] == row.dp]
+        eps = [e for e in self.ep_values() if (row.dp * row.cp) % e == 0]
+        if not dbs or not eps:
+            return None
+        _, b, m = min(dbs, key=lambda x: (x[1], x[2]))
         order = [Recompute.FULL, Recompute.SELECTIVE, Recompute.NONE]
-        r = min(self.rs, key=order.index)
-        eps = self.ep_values()
-        first: dict[int, tuple[int, int]] = {}
-        for d, b, m in sorted(self.db_all, key=lambda x: (x[1], x[2])):
-            first.setdefault(d, (b, m))
-        out = []
-        for row in rows:
-            e = max([x for x in eps if (row.dp * row.cp) % x == 0], default=1)
-            if row.dp not in first:
-                continue
-            b, m = first[row.dp]
-            p = Point(row, 1, b, m, e, r, z)
-            if all(self.cm.stage_bytes(p, st) <= self.cm.budget for st in ("first", "last")):
-                out.append(row)
-        return out
+        return Point(row, 1, b, m, max(eps), min(self.rs, key=order.index), max(self.zs))
+
+    def _prune(self, rows: set[Layout]) -> list[Layout]:
+        """Drop layouts whose least-memory point overflows."""
+        pts = [self.least_memory_point(row) for row in rows]
+        return [p.lay for p in pts if p is not None and self.cm.fits(p)]
 
     def points(self):  # noqa: ANN201  (generator of Point; the product, for small spaces only)
         pv_by_p: dict[int, list[int]] = {}

@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
-from test_grpc_support import LOOPBACK, medium_request, raw_stub, running_server, small_request
+from test_grpc_support import LOOPBACK, big_request, raw_stub, running_server, small_request
 
 import solver
 from client import InvalidRequestError, PlannerClient
-from client.exceptions import error_from_rpc
+from client.exceptions import DeadlineExceededError, error_from_rpc
 from client.sync import plan_message
 from meshplan.v1 import planner_pb2
 from solver.results import PlanResult, PlanStatus
@@ -166,26 +166,28 @@ def test_empty_request_names_every_missing_field(port: int) -> None:
         "cluster", "config", "model"]  # fmt: skip
 
 
-def test_short_deadline_answers_best_so_far(client: PlannerClient) -> None:
+def test_short_deadline_is_honoured(client: PlannerClient) -> None:
+    """A 10,226-layout space whose tables alone outlast a 1 s deadline: the call ends on time
+    with DEADLINE_EXCEEDED (no plan was in hand); the best-so-far answer of a search stopped
+    between rounds is tested in tests/test_search.py."""
     started = time.monotonic()
-    result = client.plan(medium_request(time_limit_s=60), timeout=2.0)
-    assert time.monotonic() - started < 2.0
-    assert result.status == PlanStatus.FEASIBLE  # not proven in time: the best plan so far
-    assert result.solver is not None and 0 < result.solver.gap <= 1
-    assert result.solver.wall_time_s < 2.0
+    with pytest.raises(DeadlineExceededError):
+        client.plan(big_request(time_limit_s=60), timeout=1.0)
+    assert time.monotonic() - started < 1.5
 
 
 def test_cancelled_call_stops_the_real_solve(port: int, recorder: RecordingPlan) -> None:
-    """End to end through CP-SAT: cancel while it searches; solver.plan returns at once.
+    """End to end through the real solver: cancel while it builds its tables; solver.plan
+    returns at once.
 
     The server's part (cancel -> stop event within 50 ms) is measured exactly in test_grpc_limits;
-    here CP-SAT's own stop latency adds ~10 ms on an idle machine, so the bound leaves room for a
-    busy CI machine.
+    here the solver checks for a stop every 512 rows of a table (a few ms), so the bound leaves
+    room for a busy CI machine.
     """
     latencies = []
     with raw_stub(port) as stub:
         for delay in (0.5, 1.0):
-            future = stub.Plan.future(plan_message(medium_request(60)), timeout=60)
+            future = stub.Plan.future(plan_message(big_request(60)), timeout=60)
             time.sleep(delay)
             count = len(recorder.returned)
             cancelled = time.monotonic()
@@ -223,9 +225,9 @@ def test_32_concurrent_clients(port: int) -> None:
 
 
 def test_batch_streams_each_answer_as_soon_as_it_is_solved(client: PlannerClient) -> None:
-    slow = PlanRequest.model_validate(
-        {"model": {"preset": "llama2-7b"}, "cluster": {"gpu": "a100-sxm-80gb", "num_gpus": 8},
-         "training": {"seq_len": 4096}})  # fmt: skip
+    slow = PlanRequest.model_validate(  # 4,415 layouts: seconds, where INFEASIBLE takes ms
+        {"model": {"preset": "deepseek-v3"}, "cluster": {"num_gpus": 4096},
+         "search": {"allow_fewer_gpus": True}})  # fmt: skip
     unknown = PlanRequest.model_validate({"model": {"preset": "nope"}, "cluster": {"num_gpus": 8}})
     reqs = [slow, INFEASIBLE, small_request(time_limit_s=10), unknown]
     items = list(client.plan_batch(reqs, timeout=60))

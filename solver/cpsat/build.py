@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from solver.costmodel import Point
 from solver.costmodel.model import STAGES
 from solver.cpsat.chains import compiled_vars, group_var
+from solver.cpsat.tables import Tables
 from solver.cpsat.variables import Axes
 from solver.space import Space
 
@@ -54,13 +56,33 @@ def add_dp_exposure(m: cp_model.CpModel, ax: Axes, sp: Space) -> cp_model.IntVar
     return e
 
 
-def build(sp: Space) -> Built:
+def build(sp: Space, tables: Tables, nogoods: tuple[Point, ...] = ()) -> Built:
+    """The model over `sp` (possibly a restriction of `tables.sp` to some rows), excluding the
+    given points (no-good cuts for alternatives)."""
     m = cp_model.CpModel()
-    ax = Axes(m, sp)
+    ax = Axes(m, sp, tables)
     add_memory(m, ax, sp)
-    bounds = [0] * len(ax.lay)
-    obj = sum(compiled_vars(m, ax, sp.cm.objective, bounds)[0]) + add_dp_exposure(m, ax, sp)
-    # A valid cut: the objective is at least the chosen row's least cost (gives the LP a bound).
-    m.add(obj >= cp_model.LinearExpr.weighted_sum(list(ax.lay.values()), bounds))
+    obj = sum(compiled_vars(m, ax, sp.cm.objective)[0]) + add_dp_exposure(m, ax, sp)
+    # Valid cuts: the objective is at least the chosen row's bound, and its cell's; a cell
+    # that cannot fit is excluded (this is what lets CP-SAT prove the optimum quickly).
+    tables.refine(list(ax.lay))
+    bounds = {r: tables.bound(r) for r in ax.lay}
+    m.add(obj >= sum(b * ax.lay[r] for r, b in bounds.items() if b is not None))
+    for r, y in ax.lay.items():
+        if bounds[r] is None:  # nothing in the row fits
+            m.add(y == 0)
+            continue
+        for d in tables.compatible("db", r):
+            for t in tables.compatible("te", r):
+                lb = tables.cell_bound(r, d, t)
+                lits = [y, ax.vals["db"][d], ax.vals["te"][t]]
+                if lb is None:
+                    m.add_bool_or([~x for x in lits])
+                elif lb > bounds[r]:
+                    m.add(obj >= lb).only_enforce_if(lits)
+    for p in nogoods:
+        lits = ax.point_literals(p)
+        if lits is not None:
+            m.add(sum(lits) <= len(lits) - 1)
     m.minimize(obj)
     return Built(m, ax, obj)

@@ -6,15 +6,16 @@ from collections import defaultdict
 
 from ortools.sat.python import cp_model
 
-from solver.costmodel import Layout, Point
+from solver.costmodel import Point
+from solver.cpsat.tables import Tables
 from solver.space import Space
 
 
 class Axes:
     """The decision variables: which layout row, which (pp, v), (dp, b, M), (tp, ep), r, z."""
 
-    def __init__(self, m: cp_model.CpModel, sp: Space) -> None:
-        self.m, self.sp = m, sp
+    def __init__(self, m: cp_model.CpModel, sp: Space, tables: Tables) -> None:
+        self.m, self.sp, self.tables = m, sp, tables
         self.lay = {r: m.new_bool_var(f"lay{i}") for i, r in enumerate(sp.layouts)}
         self.vals: dict[str, dict[object, cp_model.IntVar]] = {
             "pv": {k: m.new_bool_var(f"pv{k}") for k in sp.pv},
@@ -28,7 +29,6 @@ class Axes:
             m.add_exactly_one(d.values())
         self._channel()
         self._keys: dict[tuple[str, object], cp_model.IntVar | bool] = {}
-        self._compat: dict[tuple[str, Layout], list[object]] = {}
 
     def _rows(self, key) -> dict[object, list[cp_model.IntVar]]:  # noqa: ANN001
         out: dict[object, list[cp_model.IntVar]] = defaultdict(list)
@@ -51,20 +51,6 @@ class Axes:
             ok = [y for r, y in self.lay.items() if r.tp == t and (r.dp * r.cp) % e == 0]
             m.add(b <= sum(ok))
 
-    def compatible(self, axis: str, row: Layout) -> list[object]:
-        """Values of a composite axis that agree with a layout row."""
-        key = (axis, row)
-        if key not in self._compat:
-            vals = self.vals[axis]
-            if axis == "pv":
-                out = [k for k in vals if k[0] == row.pp]
-            elif axis == "db":
-                out = [k for k in vals if k[0] == row.dp]
-            else:
-                out = [k for k in vals if k[0] == row.tp and (row.dp * row.cp) % k[1] == 0]
-            self._compat[key] = out
-        return self._compat[key]
-
     def key_literal(self, axis: str, key, keyval: object) -> cp_model.IntVar | bool:  # noqa: ANN001
         """A literal true iff the axis value maps to `keyval` under `key`."""
         cache = (axis, id(key), keyval)
@@ -77,6 +63,21 @@ class Axes:
             else:
                 lit = self.m.new_bool_var(f"{axis}_key")
                 self.m.add(lit == sum(members))
+                self._keys[cache] = lit
+        return self._keys[cache]
+
+    def any_of(self, axis: str, keys: list[object]) -> cp_model.IntVar | bool:
+        """A literal true iff the axis takes one of `keys` (True when that is every value)."""
+        cache = (axis, "any", frozenset(keys))
+        if cache not in self._keys:
+            d = self.vals[axis]
+            if len(keys) == len(d):
+                self._keys[cache] = True
+            elif len(keys) == 1:
+                self._keys[cache] = d[keys[0]]
+            else:
+                lit = self.m.new_bool_var(f"{axis}_any")
+                self.m.add(lit == sum(d[k] for k in keys))
                 self._keys[cache] = lit
         return self._keys[cache]
 
@@ -100,14 +101,12 @@ class Axes:
         (_, v), (_, b, mm), (_, e) = pick["pv"], pick["db"], pick["te"]
         return Point(lay, v, b, mm, e, pick["r"], pick["z"])
 
-    def point_literals(self, p: Point) -> list[cp_model.IntVar]:
-        """The Booleans that fix a point's layout and batch shape (for no-good cuts)."""
-        return [
-            self.lay[p.lay],
-            self.vals["pv"][p.axis("pv")],
-            self.vals["db"][p.axis("db")],
-            self.vals["te"][p.axis("te")],
-        ]
+    def point_literals(self, p: Point) -> list[cp_model.IntVar] | None:
+        """The Booleans that fix a point's layout and batch shape (None: not in this model)."""
+        keys = [(a, p.axis(a)) for a in ("pv", "db", "te")]
+        if p.lay not in self.lay or any(k not in self.vals[a] for a, k in keys):
+            return None
+        return [self.lay[p.lay], *(self.vals[a][k] for a, k in keys)]
 
     def size(self) -> int:
         return len(self.lay) + sum(len(d) for d in self.vals.values())

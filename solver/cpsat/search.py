@@ -1,0 +1,190 @@
+"""Row generation: CP-SAT over the most promising layout rows, proven against the rest.
+
+Rows are taken in the order of their lower bounds (`bounds.py`: coarse for every row, fine for
+the rows looked at). CP-SAT solves the model over the rows taken so far; its optimum v is the
+global optimum once every row left out has a bound ≥ v (within the relative gap), since no point
+of such a row can beat v. Otherwise the rows whose bound is below v join the model and it is
+solved again. Alternatives repeat this with the earlier answers excluded by no-good cuts. Each
+model stays small, and CP-SAT still proves the optimum over the rows it holds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from dataclasses import dataclass, field
+
+from solver.costmodel import Layout, Point
+from solver.cpsat.build import build
+from solver.cpsat.solve import Solved, solve
+from solver.cpsat.tables import Stopped, Tables
+from solver.space import Space
+
+FIRST_ROWS = 2  # rows in the first model; a model found infeasible doubles its rows
+REFINE_BATCH = 32  # rows whose fine bounds are computed at once
+INF = float("inf")
+
+
+@dataclass
+class Found:
+    """The outcome of the search: the best point and the alternatives, with the proof's figures."""
+
+    status: str  # OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN
+    points: list[Point] = field(default_factory=list)  # best first
+    bound: float = 0.0  # proven lower bound on the best point's objective
+    solve_time_s: float = 0.0  # time inside CP-SAT, all rounds
+    rounds: int = 0  # CP-SAT solves
+    num_variables: int = 0  # of the largest model solved
+    num_constraints: int = 0
+    num_rows: int = 0  # layout rows in the largest model solved
+
+
+class _Rows:
+    """Rows by bound: the coarse order of every row, the fine bounds of those looked at, and
+    the rows in the model. A row not refined yet has a fine bound at least its coarse one."""
+
+    def __init__(self, tables: Tables) -> None:
+        self.tb = tables
+        co = tables.coarse()
+        self.todo = sorted((r for r in co if co[r] is not None), key=lambda r: co[r])
+        self.pos = 0  # todo[pos:] are not refined yet
+        self.ranked: list[tuple[int, Layout]] = []  # refined rows that can fit, by fine bound
+        self.model: list[Layout] = []
+
+    def _next_coarse(self) -> float:
+        return self.tb.coarse()[self.todo[self.pos]] if self.pos < len(self.todo) else INF
+
+    def _refine(self, k: int) -> None:
+        """Refine the next k rows in coarse order."""
+        self.tb.check()
+        batch = self.todo[self.pos : self.pos + k]
+        self.pos += len(batch)
+        self.tb.refine(batch)
+        for r in batch:
+            b = self.tb.bound(r)
+            if b is not None:
+                bisect.insort(self.ranked, (b, r))
+
+    def _out(self) -> list[tuple[int, Layout]]:
+        have = set(self.model)
+        return [(b, r) for b, r in self.ranked if r not in have]
+
+    def any_left(self) -> bool:
+        return self.pos < len(self.todo) or bool(self._out())
+
+    def add_best(self, n: int) -> None:
+        """Add the n best rows left out of the model (by fine bound, refining as needed)."""
+        while True:
+            out = self._out()
+            if len(out) >= n and out[n - 1][0] <= self._next_coarse():
+                break
+            if self.pos >= len(self.todo):
+                break
+            self._refine(max(REFINE_BATCH, n))
+        self.model += [r for _, r in self._out()[:n]]
+
+    def lower(self) -> float:
+        """A lower bound on every row, in the model or not."""
+        inside = [self.tb.bound(r) for r in self.model]
+        return min([b for b in inside if b is not None] + [self.next_bound()])
+
+    def next_bound(self) -> float:
+        """A lower bound on every row left out of the model."""
+        out = self._out()
+        return min(out[0][0] if out else INF, self._next_coarse())
+
+    def cover(self, value: float, gap: float) -> bool:
+        """Add every row whose bound is below value·(1 − gap); True if none was left out."""
+        cut = value * (1 - gap)
+        while self._next_coarse() < cut:
+            self._refine(REFINE_BATCH)
+        add = [r for b, r in self._out() if b < cut]
+        self.model += add
+        return not add
+
+
+def search(
+    tables: Tables,
+    hint: Point | None,
+    deadline: float,
+    workers: int,
+    gap: float,
+    top_k: int,
+    stop: threading.Event | None = None,
+) -> Found:
+    """The best point and up to `top_k` distinct alternatives, by row generation."""
+    sp = tables.sp
+    rows = _Rows(tables)
+    rows.add_best(FIRST_ROWS)
+    out = Found("OPTIMAL" if rows.model else "INFEASIBLE")
+    while rows.model and len(out.points) < 1 + top_k:
+        try:
+            res = _solve_one(sp, tables, rows, hint, deadline, workers, gap, stop, out)
+        except Stopped as s:  # stopped between CP-SAT rounds: the best so far stands
+            res = s.args[0] if s.args else Solved("UNKNOWN", None, 0.0, 0.0, 0.0)
+        if res is None:  # no further point anywhere
+            break
+        if res.status not in ("OPTIMAL",):
+            if not out.points:  # out of time on the best: report what CP-SAT had
+                out.status = res.status
+                if res.point is not None:
+                    out.points.append(res.point)
+                    out.bound = min(res.bound, rows.next_bound())
+            break
+        if not out.points:
+            out.bound = min(res.bound, rows.next_bound())
+        out.points.append(res.point)
+        hint = None
+    if not out.points and out.status == "OPTIMAL":
+        out.status = "INFEASIBLE"
+    return out
+
+
+def _solve_one(
+    sp: Space,
+    tables: Tables,
+    rows: _Rows,
+    hint: Point | None,
+    deadline: float,
+    workers: int,
+    gap: float,
+    stop: threading.Event | None,
+    out: Found,
+) -> Solved | None:
+    """Solve over growing row sets until the answer is proven against the rows left out."""
+    prev = None  # the optimum over a smaller row set
+    while True:
+        if prev is not None and (time.perf_counter() >= deadline or (stop and stop.is_set())):
+            raise Stopped(_best_so_far(sp, prev, rows))
+        b = build(sp.restrict(rows.model), tables, tuple(out.points))
+        if hint is not None and hint.lay in b.axes.lay:
+            b.axes.hint(hint)
+        left = deadline - time.perf_counter()
+        res = solve(b, max(left, 1e-3), workers, gap, stop)
+        out.rounds += 1
+        out.solve_time_s += res.solve_time_s
+        nv, nc = len(b.model.proto.variables), len(b.model.proto.constraints)
+        if len(b.axes.lay) >= out.num_rows:
+            out.num_variables, out.num_constraints, out.num_rows = nv, nc, len(b.axes.lay)
+        if res.status == "INFEASIBLE":
+            if not rows.any_left():
+                return None
+            rows.add_best(len(rows.model))
+            continue
+        if res.status != "OPTIMAL" or res.point is None:
+            if res.point is None and prev is not None:
+                # Out of time in a larger model: the last round's optimum still stands.
+                return _best_so_far(sp, prev, rows)
+            return res
+        hint = prev = res.point
+        try:
+            if rows.cover(res.objective, gap):
+                return res
+        except Stopped:
+            raise Stopped(_best_so_far(sp, prev, rows)) from None
+
+
+def _best_so_far(sp: Space, prev: Point, rows: _Rows) -> Solved:
+    """An earlier round's optimum, unproven: its bound is the least bound of any row."""
+    return Solved("FEASIBLE", prev, float(sp.cm.objective_int(prev)), rows.lower(), 0.0)

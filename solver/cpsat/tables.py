@@ -1,0 +1,111 @@
+"""The cost model's integer tables for one space, computed once and shared by every model built
+over it (row generation rebuilds the model several times), and the bounds of `bounds.py`,
+coarse for every row and fine for the rows the search looks at."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from fractions import Fraction
+
+from solver.costmodel import Layout
+from solver.costmodel.terms import Compiled, Factor, Group
+from solver.cpsat.bounds import coarse_bounds, fine_bounds
+from solver.space import Space
+
+CHECK_EVERY = 512  # rows of a start table between two checks for a stop or the deadline
+
+
+class Stopped(Exception):
+    """The solve was stopped or ran out of time while tables were being computed."""
+
+
+class Tables:
+    """Caches of integer starts, factors, compatible values and row bounds for one space."""
+
+    def __init__(self, sp: Space, check: Callable[[], None] = lambda: None) -> None:
+        self.sp = sp
+        self.check = check  # raises Stopped when the solve must end
+        self.index = {r: i for i, r in enumerate(sp.layouts)}
+        self._start: dict[tuple[int, object], list[int]] = {}
+        self._fracs: dict[tuple[int, str], dict[object, Fraction]] = {}
+        self._compat: dict[tuple[str, object], list[object]] = {}
+        self._ext: dict[tuple[int, str, object], tuple[Fraction, Fraction] | None] = {}
+        self._coarse: dict[Layout, int | None] | None = None
+        self._fine: dict[Layout, tuple[int | None, dict]] = {}
+
+    def starts(self, comp: Compiled, g: Group, keyval: object) -> list[int]:
+        """The group's integer start for every layout row of the space, in `sp.layouts` order."""
+        k = (id(g), keyval)
+        if k not in self._start:
+            sc, up, rows = comp.scale, comp.up, self.sp.layouts
+            out: list[int] = []
+            for i in range(0, len(rows), CHECK_EVERY):  # large spaces: stay interruptible
+                self.check()
+                out += [g.start_int(r, keyval, sc, up) for r in rows[i : i + CHECK_EVERY]]
+            self._start[k] = out
+        return self._start[k]
+
+    def start(self, comp: Compiled, g: Group, row: Layout, keyval: object) -> int:
+        return self.starts(comp, g, keyval)[self.index[row]]
+
+    def fracs(self, axis: str, fn: Factor) -> dict[object, Fraction]:
+        """The factor of every value of the axis in the full space."""
+        k = (id(fn), axis)
+        if k not in self._fracs:
+            self._fracs[k] = {v: fn(v) for v in self._domain(axis)}
+        return self._fracs[k]
+
+    def _domain(self, axis: str) -> list[object]:
+        return {"pv": self.sp.pv, "db": self.sp.db, "te": self.sp.te}[axis]
+
+    @staticmethod
+    def _class(axis: str, row: Layout) -> object:
+        if axis == "pv":
+            return row.pp
+        if axis == "db":
+            return row.dp
+        return (row.tp, row.dp * row.cp)
+
+    def compatible(self, axis: str, row: Layout) -> list[object]:
+        """Values of a composite axis that agree with a layout row."""
+        cls = self._class(axis, row)
+        k = (axis, cls)
+        if k not in self._compat:
+            if axis == "pv":
+                out = [v for v in self.sp.pv if v[0] == row.pp]
+            elif axis == "db":
+                out = [v for v in self.sp.db if v[0] == row.dp]
+            else:
+                out = [v for v in self.sp.te if v[0] == row.tp and (row.dp * row.cp) % v[1] == 0]
+            self._compat[k] = out
+        return self._compat[k]
+
+    def extremes(self, axis: str, fn: Factor, row: Layout) -> tuple[Fraction, Fraction] | None:
+        k = (id(fn), axis, self._class(axis, row))
+        if k not in self._ext:
+            fr = self.fracs(axis, fn)
+            fs = [fr[v] for v in self.compatible(axis, row)]
+            self._ext[k] = (min(fs), max(fs)) if fs else None
+        return self._ext[k]
+
+    def coarse(self) -> dict[Layout, int | None]:
+        """The coarse bound of every row of the space (None: nothing in the row fits)."""
+        if self._coarse is None:
+            self._coarse = coarse_bounds(self, self.sp.layouts)
+        return self._coarse
+
+    def refine(self, rows: list[Layout]) -> None:
+        """Compute the fine bounds of these rows (those not done already)."""
+        todo = [r for r in rows if r not in self._fine]
+        if todo:
+            self._fine.update(fine_bounds(self, todo))
+
+    def bound(self, row: Layout) -> int | None:
+        """The row's best bound so far: fine once refined, else coarse."""
+        f = self._fine.get(row)
+        return f[0] if f is not None else self.coarse()[row]
+
+    def cell_bound(self, row: Layout, db: tuple[int, int, int], te: tuple[int, int]) -> int | None:
+        """A lower bound for the row with that micro-batch shape and ep (None: nothing fits)."""
+        self.refine([row])
+        return self._fine[row][1][(db, te)]

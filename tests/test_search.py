@@ -1,0 +1,60 @@
+"""Row generation: stopped between rounds it answers with the earlier optimum, unproven; the
+time limit covers the tables; alternatives are distinct and no better than the optimum."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from test_grpc_support import big_request, small_request
+
+import solver.cpsat.search as search_mod
+from solver import plan
+from solver.results import PlanStatus
+
+
+def test_stopped_between_rounds_answers_the_earlier_optimum(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stop = threading.Event()
+    solve = search_mod.solve
+
+    def solve_then_stop(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        res = solve(*args, **kwargs)
+        stop.set()  # the call ends right after the first CP-SAT round
+        return res
+
+    def never_proven(self: search_mod._Rows, value: float, gap: float) -> bool:
+        self.add_best(1)  # as if a row below the optimum had been left out
+        return False
+
+    monkeypatch.setattr(search_mod, "solve", solve_then_stop)
+    monkeypatch.setattr(search_mod._Rows, "cover", never_proven)
+    r = plan(small_request(), stop_event=stop)
+    monkeypatch.undo()
+    proven = plan(small_request())
+    assert r.status is PlanStatus.FEASIBLE and r.solver.status == "FEASIBLE"
+    assert not r.solver.used_fallback
+    assert 0 < r.solver.bound <= proven.solver.objective <= r.solver.objective
+    assert 0 <= r.solver.gap < 1
+
+
+def test_time_limit_covers_the_tables() -> None:
+    started = time.perf_counter()
+    with pytest.raises(TimeoutError):
+        plan(big_request(time_limit_s=0.5))  # 10,226 layouts: the tables alone take longer
+    assert time.perf_counter() - started < 1.5
+
+
+def test_alternatives_are_distinct_and_no_better() -> None:
+    r = plan(small_request(top_k=3))
+    assert r.status is PlanStatus.OPTIMAL and len(r.alternatives) == 3
+    shapes = {
+        (c.tp, c.pp, c.dp, c.cp, c.ep, c.virtual_stages, c.micro_batch_size, c.num_microbatches)
+        for c in [r.config, *(a.config for a in r.alternatives)]
+    }
+    assert len(shapes) == 4
+    assert all(a.performance.step_time_s >= 0 for a in r.alternatives)
+    best = r.performance.tokens_per_s
+    assert all(a.performance.tokens_per_s <= best * (1 + 1e-6) for a in r.alternatives)
