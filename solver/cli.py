@@ -1,4 +1,5 @@
-"""`meshplan`: plan, evaluate, catalog, serve, batch. Tables for people, --json for machines."""
+"""`meshplan`: plan, evaluate, catalog, serve, batch, sweep, ladder. Tables for people, --json
+for machines, PNGs with --plot."""
 
 from __future__ import annotations
 
@@ -6,10 +7,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from solver.render import render_evaluation, render_plan
+
+if TYPE_CHECKING:
+    from solver.results import Evaluation, PlanResult
+    from solver.schema import EvaluateRequest, PlanRequest
 
 PINS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches")
 
@@ -32,6 +38,7 @@ def _common(p: argparse.ArgumentParser, evaluate: bool) -> None:
     p.add_argument("--sequence-parallel", choices=["true", "false"])
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--server", help="HOST:PORT of a meshplan server (default: in-process)")
+    p.add_argument("--plot", help="draw the memory bill against HBM as a PNG to this path")
     if not evaluate:
         p.add_argument("--top-k", type=int, help="distinct alternatives to return")
         p.add_argument("--time-limit", type=float, help="solver time limit (s)")
@@ -125,7 +132,22 @@ def cmd_plan(a: argparse.Namespace) -> int:
         print(
             emit(a.emit, res.config, req.model, req.training, res.performance.global_batch_tokens)
         )
+    if a.plot:
+        _plot_memory(a, req, res)
     return 0
+
+
+def _plot_memory(
+    a: argparse.Namespace, req: PlanRequest | EvaluateRequest, res: PlanResult | Evaluation
+) -> None:
+    from solver.hardware import resolve_cluster
+    from solver.plots import describe, plan_memory_plot
+
+    path = Path(a.model or "model")
+    label = req.model.preset or (path.parent.name if path.name == "config.json" else path.stem)
+    hbm = resolve_cluster(req.cluster).hbm
+    out = plan_memory_plot(a.plot, label, req.cluster.gpu, req.cluster.num_gpus, hbm, res)
+    print(f"meshplan: {describe(out, 'memory bill')}", file=sys.stderr)
 
 
 def cmd_evaluate(a: argparse.Namespace) -> int:
@@ -139,6 +161,8 @@ def cmd_evaluate(a: argparse.Namespace) -> int:
     else:
         res = evaluate(req)
     print(res.model_dump_json(indent=2) if a.json else render_evaluation(req, res))
+    if a.plot:
+        _plot_memory(a, req, res)
     return 0
 
 
@@ -197,6 +221,14 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("batch", help="send many plan requests to a server (PlanBatch)")
     add_batch_arguments(b)
     b.set_defaults(fn=run_batch)
+    from solver.cli_sweep import add_ladder_arguments, add_sweep_arguments, cmd_ladder, cmd_sweep
+
+    w = sub.add_parser("sweep", help="plan a grid of models x GPU counts x sequence lengths")
+    add_sweep_arguments(w)
+    w.set_defaults(fn=cmd_sweep)
+    ld = sub.add_parser("ladder", help="seed 000's ladder: the wall and the axis each rung adds")
+    add_ladder_arguments(ld)
+    ld.set_defaults(fn=cmd_ladder)
     return ap
 
 
