@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from conftest import eval_req, plan_req
 
 from solver import evaluate, plan
 from solver.arch import resolve_model
-from solver.costmodel.context import STATE_BYTES
+from solver.calibration import evaluate_run, load_seed001
+from solver.costmodel.context import STATE_BYTES, recipe_for
 from solver.results import PlanStatus
-from solver.schema import ModelSpec, Precision
+from solver.schema import Framework, ModelSpec, Precision
 
 GIB = 1 << 30
 H100 = {"gpu": "h100-sxm-80gb"}
@@ -27,7 +29,7 @@ def test_seed002_llama7b_tenants() -> None:
     n = 7e9
     w, g, o = (n * b / GIB for b in STATE_BYTES[Precision.BF16])
     assert (round(w, 2), round(g, 2), round(o, 2)) == (13.04, 13.04, 78.23)
-    # With our activation model (Korthikanti) at batch 1, seq 4096, it still needs 2 GPUs.
+    # With our activation model (seed 002's 12·L·B·S·d, 12 GiB here) it still needs 2 GPUs.
     ev = evaluate(
         eval_req(
             model={"preset": "llama2-7b"},
@@ -183,25 +185,95 @@ def test_seed001_fsdp_beats_tp_on_4_h200() -> None:
     assert (r.config.tp, r.config.pp, r.config.dp) == (1, 1, 4)
 
 
+# Seed 001's measured speed, converted to our MFU convention (solver/calibration.py: the seed's
+# MFU counts both embeddings); the fitted constants put every run within this relative error.
+SEED001_MFU_TOL = 0.15
+
+
 def test_seed001_mfu_within_tolerance() -> None:
-    # Measured MFU (seed 001, KempnerForge on H200 nodes of 4): 13B tp4 x fsdp8 32.7%,
-    # 70B tp4 x fsdp8 25.4%. Tolerance: 15% relative (the fitted constants are priors so far).
-    cases = [("kempnerforge-13b", 4, 8, 4, 4, 0.327), ("kempnerforge-70b", 4, 8, 2, 4, 0.254)]
-    for name, tp, dp, b, m, mfu in cases:
-        ev = evaluate(
-            eval_req(
-                model={"preset": name},
-                cluster={"gpu": "h200-141gb", "num_gpus": 32, "gpus_per_node": 4},
-                training={"seq_len": 4096},
-                config={
-                    "tp": tp,
-                    "pp": 1,
-                    "dp": dp,
-                    "micro_batch_size": b,
-                    "num_microbatches": m,
-                    "zero_stage": 3,
-                    "recompute": "FULL",
-                },
-            )
+    runs = load_seed001()
+    assert len(runs) == 7
+    for run in runs:
+        r = evaluate_run(run)
+        assert abs(r.mfu_error) < SEED001_MFU_TOL, (run.id, r.predicted_mfu, r.published_mfu)
+    # 13B tp4 x fsdp8 on 32 H200s: 104,309 tok/s is 32.7% MFU at 99.1 GFLOP/token (both
+    # embeddings) and 31.4% at our 95.2 (NOTES.md §4)
+    r13 = evaluate_run(next(r for r in runs if r.id == "seed001_13b_tp4_fsdp8_32gpu"))
+    assert r13.published_mfu == pytest.approx(0.327 * 95.2 / 99.1, rel=0.01)
+
+
+# Seed 001's memory figures are torch.cuda.max_memory_allocated() / 2**30 ("GB" in the seed, GiB
+# in fact; NOTES.md §4), so they compare with the tenants without the reserve. Tolerance: never
+# under by more than 3%, over by at most 5%.
+SEED001_MEM_UNDER, SEED001_MEM_OVER = 0.03, 0.05
+SEED001_MEMORY = [  # (model, tp, fsdp, micro-batch, grad accum, GiB measured)
+    ("kempnerforge-7b", 4, 8, 4, 2, 27.6),
+    ("kempnerforge-13b", 4, 8, 4, 4, 36.3),
+    ("kempnerforge-70b", 4, 8, 2, 4, 93.2),
+]
+
+
+def _kf_allocated(
+    model: str, tp: int, dp: int, b: int, m: int, framework: str, fits: bool = True
+) -> float:
+    ev = evaluate(
+        eval_req(
+            model={"preset": model},
+            cluster={"gpu": "h200-141gb", "num_gpus": tp * dp, "gpus_per_node": 4},
+            training={"seq_len": 4096},
+            config={
+                "tp": tp,
+                "pp": 1,
+                "dp": dp,
+                "micro_batch_size": b,
+                "num_microbatches": m,
+                "zero_stage": 3,
+                "recompute": "FULL",
+            },
+            search={"framework": framework},
         )
-        assert abs(ev.performance.mfu / mfu - 1) < 0.15, (name, ev.performance.mfu)
+    )
+    assert ev.fits or not fits, ev.violations
+    return (ev.memory.total - ev.memory.reserve) / GIB
+
+
+@pytest.mark.parametrize("model,tp,dp,b,m,gib", SEED001_MEMORY)
+def test_seed001_memory_with_the_kempnerforge_recipe(
+    model: str, tp: int, dp: int, b: int, m: int, gib: float
+) -> None:
+    got = _kf_allocated(model, tp, dp, b, m, "KEMPNERFORGE")
+    assert -SEED001_MEM_UNDER <= got / gib - 1 <= SEED001_MEM_OVER, (model, got, gib)
+    # The generic recipe (16 B/param sharded, no accumulation buffer, vocab-parallel logits)
+    # misses it by far: it is why the framework profile exists.
+    assert _kf_allocated(model, tp, dp, b, m, "ANY", fits=False) < 0.75 * gib
+
+
+def test_kempnerforge_recipe_bytes() -> None:
+    # NOTES.md §4: BF16 params (2) and BF16 AdamW moments (4), sharded; FP32 unsharded gradient
+    # accumulation (4 per TP-local parameter); replicated embedding, full logits per tp rank.
+    r = recipe_for(Framework.KEMPNERFORGE, Precision.BF16)
+    assert (r.weights, r.gradients, r.optimizer, r.accumulation) == (2, 0, 4, 4)
+    assert not r.vocab_parallel
+    assert recipe_for(Framework.ANY, Precision.BF16).weights == STATE_BYTES[Precision.BF16][0]
+
+
+# Out of sample: KempnerForge rows beyond the seed (NOTES.md §4: the 2026-04-05 report and the
+# weak-scaling campaign), never used to fit anything. Same tolerance on the under side.
+NOTES_MEMORY = [
+    ("kempnerforge-7b", 1, 4, 4, 2, 61.1),
+    ("kempnerforge-7b", 4, 1, 4, 2, 39.4),
+    ("kempnerforge-7b", 2, 2, 4, 2, 45.9),
+    ("kempnerforge-13b", 1, 8, 4, 4, 88.5),
+    ("kempnerforge-13b", 4, 40, 4, 4, 33.9),
+    ("kempnerforge-70b", 4, 2, 2, 4, 128.5),
+    ("kempnerforge-70b", 4, 40, 2, 4, 82.9),
+]
+
+
+@pytest.mark.parametrize("model,tp,dp,b,m,gib", NOTES_MEMORY)
+def test_kempnerforge_memory_out_of_sample(
+    model: str, tp: int, dp: int, b: int, m: int, gib: float
+) -> None:
+    # fsdp=2 on 70B ran at 128.5 of 140 GiB: past the planner's default reserve, so no fits check
+    got = _kf_allocated(model, tp, dp, b, m, "KEMPNERFORGE", fits=False)
+    assert -SEED001_MEM_UNDER <= got / gib - 1 <= 0.08, (model, tp, dp, got, gib)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from solver.arch import Arch
 from solver.costmodel.constants import Constants, load_constants
-from solver.costmodel.context import Ctx, reserve_default
+from solver.costmodel.context import Ctx, Recipe, recipe_for, reserve_default
 from solver.costmodel.memory import TENANTS, memory_terms
 from solver.costmodel.point import Point
 from solver.costmodel.terms import Compiled
@@ -50,6 +50,7 @@ class CostModel:
         training: TrainingSpec,
         search: SearchSpec,
         constants: Constants | None = None,
+        recipe: Recipe | None = None,
     ) -> None:
         self.arch, self.hw, self.training = arch, hw, training
         self.ctx = Ctx(
@@ -60,6 +61,7 @@ class CostModel:
             constants or load_constants(),
             reserve_default(search.memory_reserve_gib),
             search.memory_fragmentation,
+            recipe or recipe_for(search.framework, training.precision),
         )
         self.rates = Rates(self.ctx)
         ideal = arch.model_flops_per_token(training.seq_len) / (hw.num_gpus * hw.peak_bf16)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from solver.costmodel.context import ACT_BYTES, Ctx, n_chunk, n_stage
-from solver.costmodel.memory import _layer_params
+from solver.costmodel.memory import _extras, _layer_params
 from solver.costmodel.point import Layout
 from solver.costmodel.terms import Term, frac
 from solver.schema import Recompute
@@ -27,7 +27,7 @@ class Rates:
         self.F_head = A.head_flops_per_token
         self.F_core = A.attention_core_fwd_flops_per_token(c.s)
         gain = K.fp8_gain if c.precision.value == "FP8" else 1.0
-        self.rate0 = H.peak_bf16 * K.family_eta(H.family) * gain
+        self.rate0 = H.peak_bf16 * K.gpu_eta(H.name, H.family) * gain
         self.moe_frac = A.n_moe_layers / A.L
 
     def bw(self, span: int) -> float:
@@ -52,7 +52,7 @@ class Rates:
             return 0.0
         # 2 all-reduces forward + 2 backward (or RS+AG pairs with sp): Megatron, Shoeybi 2019.
         vol = 4 * 2 * self.c.A.h * ACT_BYTES * (T - 1) / T
-        return vol / self.bw(T) * self.c.K.eps_tp
+        return vol / self.bw(T) * (1.0 if self.c.recipe.tp_exposed else self.c.K.eps_tp)
 
     def cp(self, lay: Layout) -> float:
         C = lay.cp
@@ -108,8 +108,7 @@ class Rates:
     def dp_params(self, lay: Layout) -> tuple[float, float, float]:
         """(per-layer tp-sharded, per-layer expert, extra) parameters on one GPU's stage."""
         dense, expert = _layer_params(self.c, lay)
-        A = self.c.A
-        extra = max(A.embed_params, A.V * A.h + A.h) / lay.tp
+        extra = max(_extras(self.c, lay, "first"), _extras(self.c, lay, "last"))
         return dense / lay.tp, expert / lay.tp, extra
 
 
@@ -214,9 +213,12 @@ def optimizer_terms(c: Ctx, R: Rates, fx, stage, inv_bm) -> list[Term]:  # noqa:
 # Bytes per parameter moved per step by ZeRO stage, and whether it recurs per micro-batch:
 # 0: all-reduce grads once; 1: reduce-scatter grads + all-gather weights once; 2: reduce-scatter
 # every micro-batch + all-gather once; 3: all-gather weights forward and backward + reduce-scatter
-# grads every micro-batch (Rajbhandari et al. 2020, §5; PyTorch FSDP).
+# grads every micro-batch (Rajbhandari et al. 2020, §5; PyTorch FSDP). A recipe that accumulates
+# unsharded (FSDP2 without sync, KempnerForge) reduce-scatters its fp32 grads once per step.
 def _dp_volume(c: Ctx, z: int) -> tuple[float, float]:
     """(bytes per parameter once per step, bytes per parameter per micro-batch)."""
+    if z == 3 and c.recipe.reduce_bytes:
+        return float(c.recipe.reduce_bytes), float(2 * c.wb)
     return {
         0: (2.0 * c.gb, 0.0),
         1: (float(c.gb + c.wb), 0.0),

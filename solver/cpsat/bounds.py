@@ -66,13 +66,13 @@ class _Index:
         if key not in self._cache:
             if self.fine and axis in ("db", "te"):
                 dom = self.tb.sp.db if axis == "db" else self.tb.sp.te
-                fr = self.tb.fracs(axis, fn)
-                vals = np.array([float(fr[k]) for k in dom])
+                fr = self.tb.float_fracs(axis, fn)
+                vals = np.array([fr[k] for k in dom])
                 self._cache[key] = vals[self.db_of if axis == "db" else self.te_of]
             else:
                 ext = [self.tb.extremes(axis, fn, r) for r in self.rows]
                 i = 0 if least else 1
-                per_row = np.array([np.nan if e is None else float(e[i]) for e in ext])
+                per_row = np.array([np.nan if e is None else e[i] for e in ext])
                 self._cache[key] = per_row[self.row_of]
         return self._cache[key]
 

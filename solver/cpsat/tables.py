@@ -29,7 +29,8 @@ class Tables:
         self._start: dict[tuple[int, object], list[int]] = {}
         self._fracs: dict[tuple[int, str], dict[object, Fraction]] = {}
         self._compat: dict[tuple[str, object], list[object]] = {}
-        self._ext: dict[tuple[int, str, object], tuple[Fraction, Fraction] | None] = {}
+        self._ffracs: dict[tuple[int, str], dict[object, float]] = {}
+        self._ext: dict[tuple[int, str, object], tuple[float, float] | None] = {}
         self._coarse: dict[Layout, int | None] | None = None
         self._fine: dict[Layout, tuple[int | None, dict]] = {}
 
@@ -80,10 +81,18 @@ class Tables:
             self._compat[k] = out
         return self._compat[k]
 
-    def extremes(self, axis: str, fn: Factor, row: Layout) -> tuple[Fraction, Fraction] | None:
+    def float_fracs(self, axis: str, fn: Factor) -> dict[object, float]:
+        """`fracs` as floats (for the bounds, whose margin covers the rounding)."""
+        k = (id(fn), axis)
+        if k not in self._ffracs:
+            self._ffracs[k] = {v: float(f) for v, f in self.fracs(axis, fn).items()}
+        return self._ffracs[k]
+
+    def extremes(self, axis: str, fn: Factor, row: Layout) -> tuple[float, float] | None:
+        """The least and greatest factor of the axis values that agree with the row."""
         k = (id(fn), axis, self._class(axis, row))
         if k not in self._ext:
-            fr = self.fracs(axis, fn)
+            fr = self.float_fracs(axis, fn)
             fs = [fr[v] for v in self.compatible(axis, row)]
             self._ext[k] = (min(fs), max(fs)) if fs else None
         return self._ext[k]

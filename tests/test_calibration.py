@@ -1,0 +1,141 @@
+"""Calibration: the published runs load and convert, the fit script runs and its output loads,
+and the fidelity benchmark reports sane numbers (solver/calibration.py, scripts/fit_constants.py,
+benchmarks/fidelity.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import fidelity
+from solver import evaluate
+from solver.calibration import (
+    DEFAULT_PUBLISHED,
+    evaluate_run,
+    evaluate_runs,
+    load_published,
+    load_seed001,
+    summarize_by_source,
+)
+from solver.costmodel.constants import Constants, constants_from, load_constants
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_published = pytest.mark.skipif(
+    not DEFAULT_PUBLISHED.exists(), reason=f"{DEFAULT_PUBLISHED} not present"
+)
+
+
+@needs_published
+def test_published_runs_load_with_their_sources() -> None:
+    runs = load_published()
+    assert len(runs) == 48
+    by = {s: sum(r.source == s for r in runs) for s in {r.source for r in runs}}
+    assert by == {"narayanan2021": 10, "korthikanti2022": 10, "torchtitan": 23, "mosaicml": 5}
+    for r in runs:  # every published layout is a legal request of the planner's schema
+        c = r.config
+        assert c.tp * c.pp * c.dp * c.cp == r.cluster.num_gpus, r.id
+        assert c.dp * c.micro_batch_size * c.num_microbatches * r.training.seq_len == (
+            r.training.global_batch_tokens
+        ), r.id
+        assert r.tokens_per_s_per_gpu > 0
+
+
+@needs_published
+def test_flop_conventions_are_converted() -> None:
+    res = {r.id: (run, r) for run in load_published() for r in [evaluate_run(run)]}
+    # Narayanan's % of peak is HFU with full recompute: our MFU is about 3/4 of it (the logit
+    # layer is not recomputed, so a little more).
+    run, r = res["narayanan2021_t1_18p4B_256gpu"]
+    assert 0.75 * run.source_mfu < r.published_mfu < 0.77 * run.source_mfu
+    # MosaicML counts 6N + 12·L·d·s with tied embeddings: the same as ours to within a percent.
+    run, r = res["mosaicml_mpt70b_h100_64gpu_seq2048"]
+    assert r.published_mfu == pytest.approx(run.source_mfu, rel=0.01)
+    # Korthikanti's MFU (same convention) and the iteration time agree.
+    run, r = res["korthikanti2022_175B_selsp"]
+    assert r.published_mfu == pytest.approx(run.source_mfu, rel=0.03)
+
+
+def test_seed001_runs_and_conventions() -> None:
+    runs = {r.id: r for r in load_seed001()}
+    assert len(runs) == 7
+    r = evaluate_run(runs["seed001_7b_fsdp4_4gpu"])
+    # 38,983 tok/s on 4 GPUs is 53.8% at 54.6 GFLOP/token (seed) and 50.7% at our 51.5
+    assert r.published_tokens_per_s_per_gpu == pytest.approx(38983 / 4)
+    assert r.published_mfu == pytest.approx(0.538 * 51.5 / 54.6, rel=0.01)
+
+
+def test_evaluate_run_is_what_evaluate_returns() -> None:
+    run = next(r for r in load_seed001() if r.memory_gib)
+    r = evaluate_run(run)
+    ev = evaluate(run.request())
+    assert r.predicted_mfu == pytest.approx(ev.performance.mfu, rel=1e-12)
+    assert r.predicted_memory_gib == pytest.approx(
+        (ev.memory.total - ev.memory.reserve) / 2**30, rel=1e-12
+    )
+
+
+@needs_published
+def test_fit_script_runs_and_its_output_loads(tmp_path: Path) -> None:
+    out = tmp_path / "fitted.json"
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "fit_constants.py"), "--max-evals", "25"]
+        + ["--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "before  after" in p.stdout and "seed001" in p.stdout
+    doc = json.loads(out.read_text())
+    k = constants_from(doc)
+    assert k.eta["H200"] == doc["constants"]["eta"]["H200"]
+    assert k.eta["B200"] == Constants().eta["B200"]  # unfitted entries keep their priors
+    assert doc["fit"]["loss"]["fitted"] <= doc["fit"]["loss"]["prior"]
+    assert set(doc["fit"]["errors_after"]) >= {"seed001", "torchtitan", "all"}
+    res = evaluate_runs(load_seed001(), k)
+    assert all(0 < r.predicted_mfu < 1 for r in res)
+
+
+def test_committed_fit_is_loaded() -> None:
+    doc = json.loads((ROOT / "solver" / "costmodel" / "fitted.json").read_text())
+    assert load_constants() == constants_from(doc)
+
+
+def test_fidelity_quick_reports_sane_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "fidelity.json"
+    assert fidelity.main(["--quick", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "summary:" in text.splitlines()[-1]
+    rep = json.loads(out.read_text())
+    s = rep["summary"]["all"]
+    assert 0 <= s["mfu_median"] <= s["mfu_p90"] < 0.5
+    assert rep["summary"]["seed001"]["n_memory"] == 3
+    for r in rep["runs"]:
+        assert 0.05 < r["predicted_mfu"] < 0.9 and 0.05 < r["published_mfu"] < 0.9, r
+    seed = [r for r in rep["runs"] if r["source"] == "seed001" and r["memory_error"] is not None]
+    assert all(-0.03 <= r["memory_error"] <= 0.05 for r in seed)
+
+
+@needs_published
+def test_seed002_activation_form_beats_korthikanti_on_torchtitan() -> None:
+    # The decision in memory.py: on torchtitan's selective-recompute peaks seed 002's form errs
+    # far less than Korthikanti's generalised one.
+    _, stats = fidelity.activation_evidence(load_published())
+    assert (
+        stats["seed002"]["median_abs_selective"]
+        < 0.5 * stats["korthikanti"]["median_abs_selective"]
+    )
+
+
+@needs_published
+def test_fitted_errors_meet_the_median_target() -> None:
+    s = summarize_by_source(evaluate_runs(load_published() + load_seed001()))["all"]
+    assert s.mfu_median <= 0.08
+    assert s.mfu_p90 <= 0.30  # the 20% target is missed (RESULTS.md): guard against regressions
