@@ -1,0 +1,6 @@
+"""meshplan's benchmarks: `python -m benchmarks <latency|throughput|scaling|fidelity|all> [--quick]`.
+
+Each benchmark is a module with `main(argv: list[str]) -> int` that prints a table and ends with
+a one-line summary starting with "summary:". The instances are fixed in `benchmarks.suite`;
+measured figures and the targets are in `benchmarks/RESULTS.md`.
+"""
