@@ -8,6 +8,7 @@ torchtitan does.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from solver.schema import ModelSpec
 
@@ -40,19 +41,19 @@ class Arch:
     shared: int = 0  # shared experts
     n_dense: int = 0  # leading dense layers of an MoE model
 
-    @property
+    @cached_property
     def is_moe(self) -> bool:
         return self.E > 0
 
-    @property
+    @cached_property
     def head_dim(self) -> int:
         return self.h // self.a
 
-    @property
+    @cached_property
     def n_moe_layers(self) -> int:
         return self.L - self.n_dense if self.is_moe else 0
 
-    @property
+    @cached_property
     def n_dense_layers(self) -> int:
         return self.n_dense if self.is_moe else self.L
 
@@ -60,15 +61,15 @@ class Arch:
     def mlp_params(self, width: int) -> int:
         return (3 if self.gated else 2) * self.h * width
 
-    @property
+    @cached_property
     def attn_params(self) -> int:
         return 2 * self.h * self.h + 2 * self.h * self.kv * self.head_dim
 
-    @property
+    @cached_property
     def dense_layer_params(self) -> int:
         return self.attn_params + self.mlp_params(self.f) + 2 * self.h
 
-    @property
+    @cached_property
     def moe_layer_dense_params(self) -> int:
         """The part of an MoE layer that tp shards but ep does not: attention, shared, router."""
         if not self.is_moe:
@@ -77,20 +78,20 @@ class Arch:
             self.attn_params + self.shared * self.mlp_params(self.fe) + self.h * self.E + 2 * self.h
         )
 
-    @property
+    @cached_property
     def moe_layer_expert_params(self) -> int:
         return self.E * self.mlp_params(self.fe) if self.is_moe else 0
 
-    @property
+    @cached_property
     def embed_params(self) -> int:
         return self.V * self.h
 
-    @property
+    @cached_property
     def head_params(self) -> int:
         """Output layer (zero extra storage if tied and on the same stage) plus final norm."""
         return self.V * self.h + self.h
 
-    @property
+    @cached_property
     def total_params(self) -> int:
         layers = self.n_dense_layers * self.dense_layer_params + self.n_moe_layers * (
             self.moe_layer_dense_params + self.moe_layer_expert_params
@@ -98,7 +99,7 @@ class Arch:
         out = self.h if self.tied else self.head_params
         return layers + self.embed_params + out
 
-    @property
+    @cached_property
     def active_params(self) -> int:
         if not self.is_moe:
             return self.total_params
@@ -125,7 +126,7 @@ class Arch:
         )
         return (self.n_dense_layers * dense + self.n_moe_layers * moe) / self.L + attn
 
-    @property
+    @cached_property
     def head_flops_per_token(self) -> float:
         return 6.0 * self.V * self.h
 
