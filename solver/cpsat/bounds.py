@@ -16,7 +16,7 @@ never above the integer value it bounds.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -29,6 +29,14 @@ if TYPE_CHECKING:
 
 SLACK = 1e-9
 Cell = tuple[tuple[int, int, int], tuple[int, int]]  # (db, te) within a row
+
+
+class Fine(NamedTuple):
+    """A row's fine bounds."""
+
+    bound: int | None  # least over the cells (None: nothing in the row fits)
+    cells: dict[Cell, int | None]
+    at: tuple | None  # (db, te, r, z) where the bound is reached
 
 
 class _Index:
@@ -132,17 +140,25 @@ def coarse_bounds(tb: Tables, rows: list[Layout]) -> dict[Layout, int | None]:
     return {r: _int(v) for r, v in zip(rows, best.tolist(), strict=True)}
 
 
-def fine_bounds(
-    tb: Tables, rows: list[Layout]
-) -> dict[Layout, tuple[int | None, dict[Cell, int | None]]]:
-    """Per row: its fine bound and each cell's (None: nothing fits)."""
+def fine_bounds(tb: Tables, rows: list[Layout]) -> dict[Layout, Fine]:
+    """Per row: its fine bound, each cell's (None: nothing fits), and where the bound is reached
+    (cell, recomputation, ZeRO stage): a good first guess for the search."""
     ix = _Index(tb, rows, fine=True)
-    cell = _by_rz(ix).min(axis=(1, 2)).tolist() if ix.n else []
+    by_rz = _by_rz(ix)
+    nz = len(ix.zs)
+    flat = by_rz.reshape(ix.n, -1)
+    arg = flat.argmin(axis=1).tolist() if ix.n else []
+    cell = flat.min(axis=1).tolist() if ix.n else []
     out = {}
     k = 0
     for r, cells in zip(rows, ix.cells, strict=True):
         vals = [_int(v) for v in cell[k : k + len(cells)]]
+        ok = [(v, i) for i, v in enumerate(vals) if v is not None]
+        at = None
+        if ok:
+            i = min(ok)[1]
+            j = arg[k + i]
+            at = (*cells[i], ix.rs[j // nz], ix.zs[j % nz])
+        out[r] = Fine(min(ok)[0] if ok else None, dict(zip(cells, vals, strict=True)), at)
         k += len(cells)
-        ok = [v for v in vals if v is not None]
-        out[r] = (min(ok) if ok else None, dict(zip(cells, vals, strict=True)))
     return out

@@ -158,7 +158,9 @@ def _solve_one(
         if prev is not None and (time.perf_counter() >= deadline or (stop and stop.is_set())):
             raise Stopped(_best_so_far(sp, prev, rows))
         b = build(sp.restrict(rows.model), tables, tuple(out.points))
-        if hint is not None and hint.lay in b.axes.lay:
+        if hint is None or hint.lay not in b.axes.lay:
+            hint = tables.guess(rows.model[0])  # where the best bound is reached
+        if hint is not None:
             b.axes.hint(hint)
         left = deadline - time.perf_counter()
         res = solve(b, max(left, 1e-3), workers, gap, stop)

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from fractions import Fraction
 
-from solver.costmodel import Layout
+from solver.costmodel import Layout, Point
 from solver.costmodel.terms import Compiled, Factor, Group
-from solver.cpsat.bounds import coarse_bounds, fine_bounds
+from solver.cpsat.bounds import Fine, coarse_bounds, fine_bounds
 from solver.space import Space
 
 CHECK_EVERY = 512  # rows of a start table between two checks for a stop or the deadline
@@ -32,7 +32,7 @@ class Tables:
         self._ffracs: dict[tuple[int, str], dict[object, float]] = {}
         self._ext: dict[tuple[int, str, object], tuple[float, float] | None] = {}
         self._coarse: dict[Layout, int | None] | None = None
-        self._fine: dict[Layout, tuple[int | None, dict]] = {}
+        self._fine: dict[Layout, Fine] = {}
 
     def starts(self, comp: Compiled, g: Group, keyval: object) -> list[int]:
         """The group's integer start for every layout row of the space, in `sp.layouts` order."""
@@ -112,9 +112,18 @@ class Tables:
     def bound(self, row: Layout) -> int | None:
         """The row's best bound so far: fine once refined, else coarse."""
         f = self._fine.get(row)
-        return f[0] if f is not None else self.coarse()[row]
+        return f.bound if f is not None else self.coarse()[row]
 
     def cell_bound(self, row: Layout, db: tuple[int, int, int], te: tuple[int, int]) -> int | None:
         """A lower bound for the row with that micro-batch shape and ep (None: nothing fits)."""
         self.refine([row])
-        return self._fine[row][1][(db, te)]
+        return self._fine[row].cells[(db, te)]
+
+    def guess(self, row: Layout) -> Point | None:
+        """A point of the row where its fine bound is reached (one chunk per stage): a hint."""
+        self.refine([row])
+        at = self._fine[row].at
+        if at is None:
+            return None
+        (_, b, m), (_, e), r, z = at
+        return Point(row, 1, b, m, e, r, z)
