@@ -77,6 +77,7 @@ def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRes
         )
 
     def infeasible(status: str, solve_s: float, nvars: int = 0, ncons: int = 0) -> PlanResult:
+        why = explain(sp, rebuild, o.explain)
         info = SolverInfo(
             status=status,
             objective=0,
@@ -92,7 +93,7 @@ def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRes
         return PlanResult(
             status=PlanStatus.INFEASIBLE,
             num_parameters=_nparams(A),
-            explanation=explain(sp, rebuild, o.explain),
+            explanation=why,
             solver=info,
         )
 
