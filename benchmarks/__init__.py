@@ -1,4 +1,6 @@
-"""meshplan's benchmarks: `python -m benchmarks <latency|throughput|scaling|fidelity|all> [--quick]`.
+"""meshplan's benchmarks: `python -m benchmarks <name> [--quick]`.
+
+Names: latency, throughput, scaling, fidelity, and all.
 
 Each benchmark is a module with `main(argv: list[str]) -> int` that prints a table and ends with
 a one-line summary starting with "summary:". The instances are fixed in `benchmarks.suite`;

@@ -81,10 +81,6 @@ def fmt_s(seconds: float | None) -> str:
     return f"{seconds:.3g} s" if seconds < 100 else f"{seconds:.0f} s"
 
 
-def fmt_count(n: int) -> str:
-    return f"{n:,}"
-
-
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A plain-text table: left-aligned text, right-aligned numbers, a rule under the header."""
     cells = [[str(c) for c in r] for r in rows]
@@ -164,7 +160,8 @@ def verdict(value: float, target: float, unit: Callable[[float], str] | None = N
     f = unit or fmt_s
     if value <= target:
         return f"met ({f(value)} <= {f(target)})"
-    return f"MISSED: {f(value)} is {value / target:.1f}x the target {f(target)} ({f(value - target)} over)"
+    ratio = value / target
+    return f"MISSED: {f(value)} is {ratio:.1f}x the target {f(target)} ({f(value - target)} over)"
 
 
 def source_state() -> str:
@@ -399,8 +396,7 @@ class OracleRunner:
         self._kill()
 
     def __enter__(self) -> OracleRunner:
-        self._start()
-        return self
+        return self  # the worker starts with the first run
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -1,0 +1,269 @@
+"""Throughput: many plans at once, through `PlanBatch` and through a local pool of workers.
+
+The same requests (benchmarks/suite.py: the fleet-planning sweep, 1,000 distinct requests; 20
+pinned small ones with --quick) go
+
+- through one `PlanBatch` call to an in-process server on 127.0.0.1 allowed `--workers`
+  concurrent solves (its thread pool, one CP-SAT worker per solve), and
+- through `solver.plan` in a pool of `--workers` worker processes (`--pool process`, the
+  default) and/or threads of this process (`--pool thread`), with no gRPC.
+
+Plans per second = requests / wall time from the first submission to the last answer; worker
+start-up and imports are paid before the clock starts. Every answer is counted by status.
+
+    python -m benchmarks throughput [--quick] [-n N] [--workers W] [--pool process,thread]
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from benchmarks.common import (
+    SourceWatch,
+    Summary,
+    arg_parser,
+    fmt_s,
+    header,
+    loopback_server,
+    table,
+    verdict,
+    write_json,
+)
+from benchmarks.suite import throughput_requests
+
+TARGET_PLANS = 1000
+TARGET_SECONDS = 5.0  # 1,000 plans in <= 5 s
+
+DEFAULT_N, QUICK_N = 1000, 20
+DEFAULT_WORKERS = 2
+DEFAULT_TIME_LIMIT_S = 10.0
+
+
+@dataclass
+class PathResult:
+    """One way of running the batch."""
+
+    path: str
+    requests: int
+    answered: int
+    seconds: float
+    statuses: dict[str, int]  # OPTIMAL / FEASIBLE / INFEASIBLE / TIMEOUT / error codes
+    plan_wall_s: list[float] = field(default_factory=list)  # solver.wall_time_s per answer
+
+    @property
+    def plans_per_s(self) -> float:
+        return self.answered / self.seconds
+
+    @property
+    def seconds_per_1000(self) -> float:
+        return 1000 / self.plans_per_s
+
+
+@dataclass
+class Report:
+    results: list[PathResult]
+    workers: int
+    time_limit_s: float
+    quick: bool
+    source_warning: str = ""  # set when solver/ changed during the run
+
+
+def _tick(path: str, n: int, total: int, t0: float, progress: bool) -> None:
+    if progress and (n % 100 == 0 or n == total):
+        print(f"{path}: {n}/{total} in {fmt_s(time.perf_counter() - t0)}", file=sys.stderr)
+
+
+def _outcome(res: Any) -> tuple[str, float | None]:
+    """(status, plan wall time) of one answer: a PlanResult or an exception."""
+    from solver.results import PlanResult
+
+    if isinstance(res, PlanResult):
+        st = res.status.value
+        if res.solver is not None and res.solver.status == "FALLBACK":
+            st = "FEASIBLE (FALLBACK)"
+        return st, res.solver.wall_time_s if res.solver is not None else None
+    if isinstance(res, TimeoutError):
+        return "TIMEOUT", None
+    return type(res).__name__, None
+
+
+def _plan_or_error(req: Any) -> Any:
+    from solver import plan
+
+    try:
+        return plan(req)
+    except (TimeoutError, ValueError, KeyError) as err:
+        return err
+
+
+def _warm_worker(barrier: Any) -> None:
+    """Pool initializer: import the solver and solve one small plan, then wait for the others."""
+    from solver import plan
+
+    plan(throughput_requests(1, quick=True)[0])
+    barrier.wait()
+
+
+def run_batch(
+    reqs: list[Any], workers: int, time_limit_s: float, progress: bool = False
+) -> PathResult:
+    """All requests in one PlanBatch call to a loopback server with `workers` solver slots."""
+    from client import PlannerClient
+
+    with (
+        loopback_server(max_concurrent_solves=workers) as target,
+        PlannerClient(target, max_attempts=1) as client,
+    ):
+        client.plan(throughput_requests(1, quick=True)[0], timeout=60)  # warm: lazy imports
+        timeout = len(reqs) * (time_limit_s + 5) / workers + 60
+        statuses: Counter[str] = Counter()
+        walls: list[float] = []
+        t0 = time.perf_counter()
+        n = 0
+        for item in client.plan_batch(reqs, timeout=timeout):
+            n += 1
+            _tick("PlanBatch", n, len(reqs), t0, progress)
+            if item.result is not None:
+                st, wall = _outcome(item.result)
+                statuses[st] += 1
+                if wall is not None:
+                    walls.append(wall)
+            else:
+                statuses[item.error.code.name if item.error else "ERROR"] += 1
+        seconds = time.perf_counter() - t0
+    return PathResult("PlanBatch (gRPC)", len(reqs), n, seconds, dict(statuses), walls)
+
+
+def _collect(
+    path: str, reqs: list[Any], answers: Iterable[Any], t0: float, progress: bool
+) -> PathResult:
+    statuses: Counter[str] = Counter()
+    walls: list[float] = []
+    n = 0
+    for res in answers:
+        n += 1
+        _tick(path, n, len(reqs), t0, progress)
+        st, wall = _outcome(res)
+        statuses[st] += 1
+        if wall is not None:
+            walls.append(wall)
+    return PathResult(path, len(reqs), n, time.perf_counter() - t0, dict(statuses), walls)
+
+
+def run_process_pool(reqs: list[Any], workers: int, progress: bool = False) -> PathResult:
+    """solver.plan in `workers` spawned processes (started and warmed before the clock)."""
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(workers + 1)
+    with ctx.Pool(workers, initializer=_warm_worker, initargs=(barrier,)) as pool:
+        barrier.wait(timeout=300)
+        t0 = time.perf_counter()
+        answers = pool.imap_unordered(_plan_or_error, reqs)
+        return _collect(f"process pool x{workers}", reqs, answers, t0, progress)
+
+
+def run_thread_pool(reqs: list[Any], workers: int, progress: bool = False) -> PathResult:
+    """solver.plan in `workers` threads of this process (CP-SAT releases the GIL as it solves)."""
+    _plan_or_error(throughput_requests(1, quick=True)[0])  # warm: lazy imports
+    with ThreadPoolExecutor(workers) as pool:
+        t0 = time.perf_counter()
+        answers = pool.map(_plan_or_error, reqs)
+        return _collect(f"thread pool x{workers}", reqs, answers, t0, progress)
+
+
+POOLS: dict[str, Callable[[list[Any], int, bool], PathResult]] = {
+    "process": run_process_pool,
+    "thread": run_thread_pool,
+}
+
+
+def run(
+    quick: bool = False,
+    n: int | None = None,
+    workers: int = DEFAULT_WORKERS,
+    time_limit_s: float | None = None,
+    pools: tuple[str, ...] = ("process",),
+    progress: bool = False,
+) -> Report:
+    """Run the same requests through PlanBatch and each pool; see the module docstring."""
+    watch = SourceWatch()
+    limit = time_limit_s or DEFAULT_TIME_LIMIT_S
+    reqs = throughput_requests(n or (QUICK_N if quick else DEFAULT_N), quick, time_limit_s=limit)
+    results = [run_batch(reqs, workers, limit, progress)]
+    results += [POOLS[p](reqs, workers, progress) for p in pools]
+    return Report(results, workers, limit, quick, watch.warning())
+
+
+def render(rep: Report) -> str:
+    head = ["path", "plans", "answered", "wall", "plans/s", "per 1,000", "plan p50", "statuses"]
+    rows = []
+    for r in rep.results:
+        s = Summary.of(r.plan_wall_s) if r.plan_wall_s else None
+        rows.append(
+            [
+                r.path,
+                r.requests,
+                r.answered,
+                fmt_s(r.seconds),
+                f"{r.plans_per_s:.2f}",
+                fmt_s(r.seconds_per_1000),
+                fmt_s(s.p50) if s else "-",
+                ", ".join(f"{k} {v}" for k, v in sorted(r.statuses.items())),
+            ]
+        )
+    out = [table(head, rows), ""]
+    for r in rep.results:
+        v = verdict(r.seconds_per_1000, TARGET_SECONDS)
+        out.append(f"{r.path}: time per {TARGET_PLANS:,} plans: {v}")
+    if rep.source_warning:
+        out.append(rep.source_warning)
+    out.append(summary_line(rep))
+    return "\n".join(out)
+
+
+def summary_line(rep: Report) -> str:
+    parts = [f"{r.path} {r.plans_per_s:.2f} plans/s" for r in rep.results]
+    n = rep.results[0].requests
+    timeouts = sum(
+        v for r in rep.results for k, v in r.statuses.items() if k.startswith("FEASIBLE")
+    )
+    return (
+        f"summary: throughput of {n} plans with {rep.workers} workers: "
+        + "; ".join(parts)
+        + f"; {timeouts} answers stopped at the {fmt_s(rep.time_limit_s)} limit"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = arg_parser("throughput", __doc__.split("\n\n")[0])
+    p.add_argument(
+        "-n", type=int, default=None, help=f"plans (default {DEFAULT_N}; quick {QUICK_N})"
+    )
+    p.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="concurrent solves")
+    p.add_argument(
+        "--pool",
+        default="process",
+        help="comma-separated local pools besides PlanBatch: process, thread (default: process)",
+    )
+    p.add_argument("--progress", action="store_true", help="a line per 100 answers on stderr")
+    a = p.parse_args(argv)
+    pools = tuple(x for x in a.pool.split(",") if x)
+    bad = [x for x in pools if x not in POOLS]
+    if bad:
+        p.error(f"unknown pool {bad[0]!r}: choose from {', '.join(POOLS)}")
+    limit = a.time_limit or DEFAULT_TIME_LIMIT_S
+    n = a.n or (QUICK_N if a.quick else DEFAULT_N)
+    print(
+        header("throughput", quick=a.quick, plans=n, workers=a.workers, time_limit_s=limit),
+        flush=True,
+    )
+    rep = run(a.quick, n, a.workers, limit, pools, a.progress)
+    print(render(rep))
+    write_json(a.json, {"benchmark": "throughput", "report": asdict(rep)})
+    return 0

@@ -1,0 +1,112 @@
+"""Smoke test of the benchmarks (issue 4): each `--quick` mode runs through its main() and
+reports sane numbers (positive times, p50 <= p99 <= max, ratios computed, counts right). Speed
+is not asserted here; benchmarks/RESULTS.md compares the figures with the targets."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import latency, scaling, suite, throughput
+from benchmarks.__main__ import load
+from benchmarks.__main__ import main as dispatch
+from benchmarks.common import Summary, percentile, table
+from solver.catalog import get_model
+
+
+def _run(module: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict:
+    out = tmp_path / "out.json"
+    assert module.main(["--quick", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    last = printed.strip().splitlines()[-1]
+    assert last.startswith("summary: "), printed
+    return json.loads(out.read_text())["report"]
+
+
+def _ordered(s: dict) -> None:
+    assert 0 < s["p50"] <= s["p99"] <= s["max"], s
+
+
+def test_percentiles_and_table() -> None:
+    xs = [4.0, 1.0, 3.0, 2.0]
+    assert percentile(xs, 0) == 1.0 and percentile(xs, 100) == 4.0
+    assert percentile(xs, 50) == 2.5
+    s = Summary.of(xs)
+    assert (s.n, s.p50, s.max) == (4, 2.5, 4.0) and s.p50 <= s.p99 <= s.max
+    text = table(["name", "t"], [["a", "1.5 ms"], ["bb", "12 ms"]])
+    assert text.splitlines()[2] == "a     1.5 ms"  # numbers right-aligned
+
+
+def test_suite_is_fixed_and_covers_the_issue() -> None:
+    names = [i.name for i in suite.LATENCY_SUITE]
+    assert len(set(names)) == len(names)
+    assert len(suite.CATALOG_CASES) >= 50
+    counts = {i.num_gpus for i in suite.CATALOG_CASES}
+    assert min(counts) == 8 and max(counts) == 131_072
+    moe = [i for i in suite.CATALOG_CASES if get_model(i.model).moe is not None]
+    assert moe and len(moe) < len(suite.CATALOG_CASES)
+    pinned = {k for i in suite.CATALOG_CASES for k in i.search}
+    assert {"tp", "pp", "zero_stage", "recompute"} <= pinned
+    for inst in suite.LATENCY_SUITE:
+        assert inst.request(time_limit_s=1).cluster.num_gpus == inst.num_gpus
+    sweep = suite.throughput_requests(1000)
+    assert len({r.model_dump_json() for r in sweep}) == 1000
+
+
+def test_latency_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rep = _run(latency, tmp_path, capsys)
+    rows = rep["rows"]
+    assert [r["name"] for r in rows] == suite.QUICK_LATENCY
+    for s in ("inproc", "grpc"):
+        _ordered(rep[s])
+        assert rep[s]["n"] == len(rows)
+    assert rep["grpc_overhead"]["p50"] <= rep["grpc_overhead"]["max"]
+    for r in rows:
+        assert r["status"] in ("OPTIMAL", "FEASIBLE", "INFEASIBLE"), r
+        assert all(t > 0 for t in r["inproc_s"] + r["grpc_s"]), r
+        assert r["grpc_status"] == r["status"]
+        o = r["oracle"]  # every quick instance is small enough for the oracle
+        assert o is not None and o["seconds"] > 0
+        assert r["ratio"] == pytest.approx(o["seconds"] / min(r["inproc_s"]))
+        if r["proven"] and not o["capped"] and not rep["source_warning"]:
+            assert r["oracle_agrees"] is True, r  # the same optimum (or both infeasible)
+    assert any(r["status"] == "INFEASIBLE" for r in rows)
+
+
+def test_throughput_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rep = _run(throughput, tmp_path, capsys)
+    paths = [r["path"] for r in rep["results"]]
+    assert paths == ["PlanBatch (gRPC)", f"process pool x{throughput.DEFAULT_WORKERS}"]
+    for r in rep["results"]:
+        assert r["requests"] == r["answered"] == throughput.QUICK_N
+        assert sum(r["statuses"].values()) == throughput.QUICK_N
+        assert r["seconds"] > 0 and all(t > 0 for t in r["plan_wall_s"])
+    # the same requests give the same answers both ways
+    assert rep["results"][0]["statuses"] == rep["results"][1]["statuses"]
+
+
+def test_scaling_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rep = _run(scaling, tmp_path, capsys)
+    assert [p["num_gpus"] for p in rep["by_gpus"]] == suite.SCALING_QUICK_COUNTS
+    assert [p["label"] for p in rep["by_space"]] == [label for label, _ in suite.SCALING_SPACE]
+    for p in rep["by_gpus"] + rep["by_space"]:
+        assert p["seconds"] > 0 and p["num_variables"] > 0 and p["num_layouts"] >= 1, p
+        assert p["status"] in ("OPTIMAL", "FEASIBLE"), p
+    points = [p["points"] for p in rep["by_space"]]
+    assert points[0] == 1  # every axis pinned: one configuration
+    assert points == sorted(points)  # freeing axes never shrinks the space
+    assert rep["by_space"][-1]["num_gpus"] == suite.SCALING_SPACE_QUICK_GPUS
+
+
+def test_dispatch(capsys: pytest.CaptureFixture[str]) -> None:
+    assert dispatch([]) == 2
+    assert dispatch(["no-such-benchmark"]) == 2
+    assert "unknown benchmark" in capsys.readouterr().err
+    assert load("not_written_yet") is None
+    assert "does not exist yet" in capsys.readouterr().err
+    if importlib.util.find_spec("benchmarks.fidelity") is None:
+        assert dispatch(["fidelity"]) == 1
+        assert "does not exist yet" in capsys.readouterr().err
