@@ -74,6 +74,7 @@ def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRes
             req.training,
             req.search.model_copy(update={"allow_fewer_gpus": False}),
             cm,
+            prune=False,  # the explanation reads each layout's least-memory point itself
         )
 
     def infeasible(status: str, solve_s: float, nvars: int = 0, ncons: int = 0) -> PlanResult:

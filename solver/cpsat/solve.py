@@ -33,9 +33,9 @@ def solve(
     s.parameters.relative_gap_limit = gap
     s.parameters.random_seed = 0
     # Symmetry detection aborts multi-worker solves of these models (OR-Tools 9.15,
-    # absl::btree_map::at). The models are small and their pruning comes from the pair bounds:
-    # presolve (probing) and the LP of the big-M chains cost far more than they save, and
-    # OR-Tools 9.15's presolve has wrongly proved such models INFEASIBLE before.
+    # absl::btree_map::at). The models are small and their pruning comes from the row and cell
+    # bounds: presolve (probing) and the LP of the big-M chains cost far more than they save,
+    # and OR-Tools 9.15's presolve has wrongly proved such models INFEASIBLE before.
     s.parameters.symmetry_level = 0
     s.parameters.cp_model_presolve = False
     s.parameters.linearization_level = 0
