@@ -33,8 +33,9 @@ def wall(sp: Space, p: Point, perf: Performance, mem: MemoryBill) -> Wall:
         return Wall.COMMUNICATION
     if p.lay.tp * p.lay.pp > 1 and A.total_params * sp.cm.ctx.wb > budget:
         return Wall.WEIGHTS
-    wb, gb, ob = sp.cm.ctx.wb, sp.cm.ctx.gb, sp.cm.ctx.ob
-    if A.total_params * (wb + gb + ob) > budget or mem.total > 0.9 * mem.hbm:
+    rc = sp.cm.ctx.recipe  # static bytes per parameter, the accumulation buffer included
+    state = rc.weights + rc.gradients + rc.optimizer + rc.accumulation
+    if A.total_params * state > budget or mem.total > 0.9 * mem.hbm:
         return Wall.MEMORY
     return Wall.NONE
 
