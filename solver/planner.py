@@ -127,7 +127,7 @@ def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRes
     perf, mem, w, warns = _score(sp, point)
     alts = [(p, *_score(sp, p)) for p in f.points[1:]]
     status = PlanStatus.OPTIMAL if f.status == "OPTIMAL" else PlanStatus.FEASIBLE
-    gap = 0.0 if status is PlanStatus.OPTIMAL else abs(objective - bound) / max(objective, 1)
+    gap = max(objective - bound, 0) / max(objective, 1)  # 0 when proven; up to relative_gap
     return PlanResult(
         status=status,
         config=point.config(),
