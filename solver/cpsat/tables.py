@@ -4,6 +4,7 @@ coarse for every row and fine for the rows the search looks at."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -38,11 +39,14 @@ class Tables:
         """The group's integer start for every layout row of the space, in `sp.layouts` order."""
         k = (id(g), keyval)
         if k not in self._start:
-            sc, up, rows = comp.scale, comp.up, self.sp.layouts
+            sc, rows = comp.scale, self.sp.layouts
+            rnd = math.ceil if comp.up else math.floor  # as Group.start_int rounds each term
             out: list[int] = []
             for i in range(0, len(rows), CHECK_EVERY):  # large spaces: stay interruptible
                 self.check()
-                out += [g.start_int(r, keyval, sc, up) for r in rows[i : i + CHECK_EVERY]]
+                chunk = rows[i : i + CHECK_EVERY]
+                cols = [[rnd(t.start(r, keyval) * sc) for r in chunk] for t in g.terms]
+                out += cols[0] if len(cols) == 1 else [sum(x) for x in zip(*cols, strict=True)]
             self._start[k] = out
         return self._start[k]
 
