@@ -7,11 +7,15 @@ import threading
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 from test_grpc_support import big_request, small_request
+from test_oracle_property import instances
 
 import solver.cpsat.search as search_mod
 from solver import plan
+from solver.oracle import oracle
 from solver.results import PlanStatus
+from solver.schema import PlanRequest
 
 
 def test_stopped_between_rounds_answers_the_earlier_optimum(
@@ -58,3 +62,31 @@ def test_alternatives_are_distinct_and_no_better() -> None:
     assert all(a.performance.step_time_s >= 0 for a in r.alternatives)
     best = r.performance.tokens_per_s
     assert all(a.performance.tokens_per_s <= best * (1 + 1e-6) for a in r.alternatives)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(instances())
+def test_many_small_rounds_reach_the_oracle_optimum(req: PlanRequest) -> None:
+    """Start from the row with the worst bound and grow one row per round: the answer rests
+    on the proof across rounds, not on the first model holding the optimum."""
+
+    def worst_first(self: search_mod._Rows, n: int) -> None:
+        while self.pos < len(self.todo):
+            self._refine(1)
+        self.model += [r for _, r in self._out()[-n:]]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(search_mod, "FIRST_ROWS", 1)
+        mp.setattr(search_mod, "GROW_MIN", 1)
+        mp.setattr(search_mod._Rows, "add_best", worst_first)
+        res = plan(req)
+    ref = oracle(req)
+    if ref.objective is None:
+        assert res.status is PlanStatus.INFEASIBLE
+    else:
+        assert res.status is PlanStatus.OPTIMAL and res.solver.objective == ref.objective

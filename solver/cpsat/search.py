@@ -23,6 +23,7 @@ from solver.space import Space
 
 FIRST_ROWS = 2  # rows in the first model; a model found infeasible doubles its rows
 REFINE_BATCH = 32  # rows whose fine bounds are computed at once
+GROW_MIN = 4  # rows a round adds at least, when rows below the optimum were left out
 INF = float("inf")
 
 
@@ -95,12 +96,13 @@ class _Rows:
         return min(out[0][0] if out else INF, self._next_coarse())
 
     def cover(self, value: float, gap: float) -> bool:
-        """Add every row whose bound is below value·(1 − gap); True if none was left out."""
+        """True if no row left out has a bound below value·(1 − gap); else add the best of
+        them, at most as many as the model holds (a better optimum may rule out the rest)."""
         cut = value * (1 - gap)
         while self._next_coarse() < cut:
             self._refine(REFINE_BATCH)
         add = [r for b, r in self._out() if b < cut]
-        self.model += add
+        self.model += add[: max(len(self.model), GROW_MIN)]
         return not add
 
 
