@@ -12,6 +12,7 @@ from test_grpc_support import big_request, small_request
 from test_oracle_property import instances
 
 import solver.cpsat.search as search_mod
+import solver.planner as planner_mod
 from solver import plan
 from solver.oracle import oracle
 from solver.results import PlanStatus
@@ -90,3 +91,19 @@ def test_many_small_rounds_reach_the_oracle_optimum(req: PlanRequest) -> None:
         assert res.status is PlanStatus.INFEASIBLE
     else:
         assert res.status is PlanStatus.OPTIMAL and res.solver.objective == ref.objective
+
+
+def test_stopped_before_the_first_model_falls_back_to_the_greedy_plan() -> None:
+    stop = threading.Event()
+    greedy = planner_mod.greedy
+
+    def greedy_then_stop(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        hint = greedy(*args, **kwargs)
+        stop.set()  # the call ends after the coarse bounds and the greedy plan
+        return hint
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(planner_mod, "greedy", greedy_then_stop)
+        r = plan(small_request(), stop_event=stop)
+    assert r.status is PlanStatus.FEASIBLE and r.solver.used_fallback
+    assert r.solver.status == "FALLBACK" and r.solver.gap == 1.0

@@ -118,7 +118,10 @@ def search(
     """The best point and up to `top_k` distinct alternatives, by row generation."""
     sp = tables.sp
     rows = _Rows(tables)
-    rows.add_best(FIRST_ROWS)
+    try:
+        rows.add_best(FIRST_ROWS)
+    except Stopped:  # out of time (or stopped) before the first model
+        return Found("UNKNOWN")
     out = Found("OPTIMAL" if rows.model else "INFEASIBLE")
     while rows.model and len(out.points) < 1 + top_k:
         try:
