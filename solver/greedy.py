@@ -17,15 +17,11 @@ def greedy(sp: Space, rows: list[Layout] | None = None) -> Point | None:
     zs = sorted(sp.zs, reverse=True)
     order = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
     rs = sorted(sp.rs, key=order.get)
-    pv = {p: [v for q, v in sp.pv if q == p] for p, _ in sp.pv}
-    te = {}
-    for t, e in sp.te:
-        te.setdefault(t, []).append(e)
     rows = sorted(sp.layouts if rows is None else rows, key=lambda r: (-r.gpus, r.cp, r.tp, r.pp))
     for lay in rows:
-        dbs = sorted((x for x in sp.db if x[0] == lay.dp), key=lambda x: (-x[1] * x[2], x[1]))
-        eps = sorted((e for e in te.get(lay.tp, []) if (lay.dp * lay.cp) % e == 0), reverse=True)
-        for v in pv.get(lay.pp, [1])[:1]:
+        dbs = sorted(sp.compatible("db", lay), key=lambda x: (-x[1] * x[2], x[1]))
+        eps = sorted((e for _, e in sp.compatible("te", lay)), reverse=True)
+        for v in ([v for _, v in sp.compatible("pv", lay)] or [1])[:1]:
             for _, b, m in dbs:
                 for e in eps[:1]:
                     for r in rs:

@@ -269,19 +269,25 @@ class Space:
         pps = {p for p, _ in self.pv}
         self.layouts = [r for r in self.layouts if r.pp in pps]
 
+    def compatible(self, axis: str, row: Layout) -> list:
+        """Values of a composite axis that agree with a layout row: (pp, v) with its pp,
+        (dp, b, M) with its dp, (tp, ep) with its tp and ep dividing dp·cp."""
+        if axis == "pv":
+            return [v for v in self.pv if v[0] == row.pp]
+        if axis == "db":
+            return [v for v in self.db if v[0] == row.dp]
+        return [v for v in self.te if v[0] == row.tp and (row.dp * row.cp) % v[1] == 0]
+
     def restrict(self, rows: list[Layout]) -> Space:
         """The same space over some of its layout rows, with the axis values those rows use."""
-        pps, dps, tps = {r.pp for r in rows}, {r.dp for r in rows}, {r.tp for r in rows}
+        pps, dps = {r.pp for r in rows}, {r.dp for r in rows}
+        tes = {x for r in rows for x in self.compatible("te", r)}
         return replace(
             self,
             layouts=list(rows),
             pv=[x for x in self.pv if x[0] in pps],
             db=[x for x in self.db if x[0] in dps],
-            te=[
-                (t, e)
-                for t, e in self.te
-                if t in tps and any(r.tp == t and (r.dp * r.cp) % e == 0 for r in rows)
-            ],
+            te=[x for x in self.te if x in tes],
         )
 
     def micro_batch_sizes(self) -> list[int]:
@@ -305,17 +311,10 @@ class Space:
         return [p.lay for p in pts if p is not None and self.cm.fits(p)]
 
     def points(self):  # noqa: ANN201  (generator of Point; the product, for small spaces only)
-        pv_by_p: dict[int, list[int]] = {}
-        for p, v in self.pv:
-            pv_by_p.setdefault(p, []).append(v)
         for lay in self.layouts:
-            for v in pv_by_p.get(lay.pp, []):
-                for d, b, m in self.db:
-                    if d != lay.dp:
-                        continue
-                    for t, e in self.te:
-                        if t != lay.tp or (lay.dp * lay.cp) % e:
-                            continue
+            for _, v in self.compatible("pv", lay):
+                for _, b, m in self.compatible("db", lay):
+                    for _, e in self.compatible("te", lay):
                         for r in self.rs:
                             for z in self.zs:
                                 yield Point(lay, v, b, m, e, r, z)

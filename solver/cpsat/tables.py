@@ -72,17 +72,10 @@ class Tables:
         return (row.tp, row.dp * row.cp)
 
     def compatible(self, axis: str, row: Layout) -> list[object]:
-        """Values of a composite axis that agree with a layout row."""
-        cls = self._class(axis, row)
-        k = (axis, cls)
+        """`Space.compatible`, computed once per class of rows (same pp, dp, or tp and dp·cp)."""
+        k = (axis, self._class(axis, row))
         if k not in self._compat:
-            if axis == "pv":
-                out = [v for v in self.sp.pv if v[0] == row.pp]
-            elif axis == "db":
-                out = [v for v in self.sp.db if v[0] == row.dp]
-            else:
-                out = [v for v in self.sp.te if v[0] == row.tp and (row.dp * row.cp) % v[1] == 0]
-            self._compat[k] = out
+            self._compat[k] = self.sp.compatible(axis, row)
         return self._compat[k]
 
     def float_fracs(self, axis: str, fn: Factor) -> dict[object, float]:

@@ -53,18 +53,7 @@ class Axes:
 
     def key_literal(self, axis: str, key, keyval: object) -> cp_model.IntVar | bool:  # noqa: ANN001
         """A literal true iff the axis value maps to `keyval` under `key`."""
-        cache = (axis, id(key), keyval)
-        if cache not in self._keys:
-            members = [b for k, b in self.vals[axis].items() if key(k) == keyval]
-            if len(members) == len(self.vals[axis]):
-                self._keys[cache] = True
-            elif len(members) == 1:
-                self._keys[cache] = members[0]
-            else:
-                lit = self.m.new_bool_var(f"{axis}_key")
-                self.m.add(lit == sum(members))
-                self._keys[cache] = lit
-        return self._keys[cache]
+        return self.any_of(axis, [k for k in self.vals[axis] if key(k) == keyval])
 
     def any_of(self, axis: str, keys: list[object]) -> cp_model.IntVar | bool:
         """A literal true iff the axis takes one of `keys` (True when that is every value)."""
@@ -76,7 +65,7 @@ class Axes:
             elif len(keys) == 1:
                 self._keys[cache] = d[keys[0]]
             else:
-                lit = self.m.new_bool_var(f"{axis}_any")
+                lit = self.m.new_bool_var(f"{axis}_in")
                 self.m.add(lit == sum(d[k] for k in keys))
                 self._keys[cache] = lit
         return self._keys[cache]
