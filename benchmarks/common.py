@@ -275,7 +275,7 @@ class TimedPlan:
         self.last_s = 0.0
 
     def __call__(self, req: Any, stop_event: Any = None) -> Any:
-        import solver
+        from meshplan import solver
 
         t0 = time.perf_counter()
         try:
@@ -294,8 +294,8 @@ def loopback_server(
 
     `plan_fn` replaces solver.plan (e.g. a TimedPlan); by default the server's own.
     """
-    from server.app import create_server
-    from server.settings import Settings
+    from meshplan.server.app import create_server
+    from meshplan.server.settings import Settings
 
     settings = Settings(
         host=LOOPBACK,
@@ -327,8 +327,8 @@ class OracleTiming:
 
 
 def _oracle_worker(conn: Connection) -> None:
-    from solver.oracle import oracle
-    from solver.schema import PlanRequest
+    from meshplan.solver.oracle import oracle
+    from meshplan.solver.schema import PlanRequest
 
     conn.send(("ready", source_fingerprint()))
     while True:

@@ -3,7 +3,7 @@
     python -m benchmarks fidelity [--quick] [--published PATH] [--json PATH]
 
 Every run of ../shared/calibration/published_runs.json and seed 001
-(solver/catalog/seed001_runs.json) is scored as Evaluate would score it (solver/calibration.py
+(tools/data/seed001_runs.json) is scored as Evaluate would score it (tools/calibration.py
 builds the requests and undoes each source's FLOP convention). Printed: predicted against
 published MFU (our convention) and peak memory per run; per source the median and p90 of the
 absolute relative MFU error, its median sign, and the worst under-prediction of memory; the
@@ -22,11 +22,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-
-from benchmarks.common import arg_parser, header, table, write_json
-from solver import evaluate
-from solver.arch import resolve_model
-from solver.calibration import (
+from meshplan.solver import evaluate
+from meshplan.solver.arch import resolve_model
+from meshplan.solver.costmodel import CostModel, Point
+from meshplan.solver.costmodel.constants import load_constants
+from meshplan.solver.costmodel.context import recipe_for
+from meshplan.solver.hardware import GIB, resolve_cluster
+from meshplan.tools.calibration import (
     CONVERSIONS,
     DEFAULT_PUBLISHED,
     DEFAULTS,
@@ -39,10 +41,8 @@ from solver.calibration import (
     load_seed001,
     summarize_by_source,
 )
-from solver.costmodel import CostModel, Point
-from solver.costmodel.constants import load_constants
-from solver.costmodel.context import recipe_for
-from solver.hardware import GIB, resolve_cluster
+
+from benchmarks.common import arg_parser, header, table, write_json
 
 MFU_MEDIAN_TARGET = 0.08
 MFU_P90_TARGET = 0.20

@@ -96,7 +96,7 @@ class Report:
 
 
 def _plan_in_process(inst: Instance, time_limit_s: float) -> tuple[object, float]:
-    from solver import plan
+    from meshplan.solver import plan
 
     req = inst.request(time_limit_s=time_limit_s)
     t0 = time.perf_counter()
@@ -118,9 +118,9 @@ def run(
     """Measure every instance; see the module docstring. `repeats` times each plan that many
     times in-process and over gRPC (the percentiles are over every run); the oracle runs once per
     instance unless `with_oracle` is False."""
-    from client import PlannerClient
-    from client.exceptions import PlannerError
-    from solver.results import PlanResult, PlanStatus
+    from meshplan.client import PlannerClient
+    from meshplan.client.exceptions import PlannerError
+    from meshplan.solver.results import PlanResult, PlanStatus
 
     limit = time_limit_s or DEFAULT_TIME_LIMIT_S
     cap = oracle_cap_s or (QUICK_ORACLE_CAP_S if quick else DEFAULT_ORACLE_CAP_S)
@@ -200,7 +200,7 @@ def run(
 
 
 def _moe_presets() -> set[str]:
-    from solver.catalog import get_model, model_names
+    from meshplan.solver.catalog import get_model, model_names
 
     return {n for n in model_names() if get_model(n).moe is not None}
 

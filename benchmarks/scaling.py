@@ -74,10 +74,10 @@ class Report:
 
 def space_points(req: Any) -> tuple[int, int]:
     """(layout rows, configurations) of the request's pruned search space (solver.space.Space)."""
-    from solver.arch import resolve_model
-    from solver.costmodel import CostModel
-    from solver.hardware import resolve_cluster
-    from solver.space import Space
+    from meshplan.solver.arch import resolve_model
+    from meshplan.solver.costmodel import CostModel
+    from meshplan.solver.hardware import resolve_cluster
+    from meshplan.solver.space import Space
 
     A, H = resolve_model(req.model), resolve_cluster(req.cluster)
     cm = CostModel(A, H, req.training, req.search)
@@ -97,7 +97,7 @@ def space_points(req: Any) -> tuple[int, int]:
 
 def measure(label: str, inst: Instance, free: str, time_limit_s: float) -> tuple[Point, Any]:
     """Plan `inst` in-process; the measured point and the PlanResult (None if none in time)."""
-    from solver import plan
+    from meshplan.solver import plan
 
     req = inst.request(time_limit_s=time_limit_s)
     _, points = space_points(req)
@@ -133,8 +133,8 @@ def _pins(config: Any, free: tuple[str, ...], moe: bool) -> dict[str, Any]:
 
 def run(quick: bool = False, time_limit_s: float | None = None, progress: bool = False) -> Report:
     """Both sweeps; see the module docstring."""
-    from solver import plan
-    from solver.catalog import get_model
+    from meshplan.solver import plan
+    from meshplan.solver.catalog import get_model
 
     watch = SourceWatch()
     limit = time_limit_s or DEFAULT_TIME_LIMIT_S

@@ -21,7 +21,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from solver.schema import PlanRequest
+from meshplan.solver.schema import PlanRequest
 
 H100 = "h100-sxm-80gb"
 MI = 1 << 20  # tokens

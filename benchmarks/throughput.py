@@ -82,7 +82,7 @@ def _tick(path: str, n: int, total: int, t0: float, progress: bool) -> None:
 
 def _outcome(res: Any) -> tuple[str, float | None]:
     """(status, plan wall time) of one answer: a PlanResult or an exception."""
-    from solver.results import PlanResult
+    from meshplan.solver.results import PlanResult
 
     if isinstance(res, PlanResult):
         st = res.status.value
@@ -95,7 +95,7 @@ def _outcome(res: Any) -> tuple[str, float | None]:
 
 
 def _plan_or_error(req: Any) -> Any:
-    from solver import plan
+    from meshplan.solver import plan
 
     try:
         return plan(req)
@@ -105,7 +105,7 @@ def _plan_or_error(req: Any) -> Any:
 
 def _warm_worker(barrier: Any) -> None:
     """Pool initializer: import the solver and solve one small plan, then wait for the others."""
-    from solver import plan
+    from meshplan.solver import plan
 
     plan(throughput_requests(1, quick=True)[0])
     barrier.wait()
@@ -115,7 +115,7 @@ def run_batch(
     reqs: list[Any], workers: int, time_limit_s: float, progress: bool = False
 ) -> PathResult:
     """All requests in one PlanBatch call to a loopback server with `workers` solver slots."""
-    from client import PlannerClient
+    from meshplan.client import PlannerClient
 
     with (
         loopback_server(max_concurrent_solves=workers) as target,
@@ -158,7 +158,7 @@ def _collect(
 
 
 def run_process_pool(reqs: list[Any], workers: int, progress: bool = False) -> PathResult:
-    """solver.plan in `workers` spawned processes (started and warmed before the clock)."""
+    """meshplan.solver.plan in `workers` spawned processes (started and warmed before the clock)."""
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(workers + 1)
     with ctx.Pool(workers, initializer=_warm_worker, initargs=(barrier,)) as pool:
@@ -169,7 +169,7 @@ def run_process_pool(reqs: list[Any], workers: int, progress: bool = False) -> P
 
 
 def run_thread_pool(reqs: list[Any], workers: int, progress: bool = False) -> PathResult:
-    """solver.plan in `workers` threads of this process (CP-SAT releases the GIL as it solves)."""
+    """meshplan.solver.plan in `workers` threads of this process (CP-SAT releases the GIL as it solves)."""
     _plan_or_error(throughput_requests(1, quick=True)[0])  # warm: lazy imports
     with ThreadPoolExecutor(workers) as pool:
         t0 = time.perf_counter()

@@ -1,12 +1,12 @@
 """Thin Python client of meshplan.v1.Planner: the solver's pydantic objects in and out.
 
-from client import PlannerClient
+from meshplan.client import PlannerClient
 with PlannerClient("localhost:50051") as planner:
     result = planner.plan(PlanRequest(...), timeout=30)
 """
 
-from client.aio import AsyncPlannerClient
-from client.exceptions import (
+from meshplan.client.aio import AsyncPlannerClient
+from meshplan.client.exceptions import (
     CancelledError,
     DeadlineExceededError,
     FieldViolation,
@@ -15,7 +15,7 @@ from client.exceptions import (
     PlannerError,
     UnavailableError,
 )
-from client.sync import BatchItem, Catalog, PlannerClient
+from meshplan.client.sync import BatchItem, Catalog, PlannerClient
 
 __all__ = [
     "AsyncPlannerClient",

@@ -7,10 +7,9 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from client.channel import DEFAULT_TIMEOUT_S, channel_options, make_target
-from client.exceptions import REQUEST_ID_KEY, error_from_rpc
-from client.sync import (
+from meshplan.client.channel import DEFAULT_TIMEOUT_S, channel_options, make_target
+from meshplan.client.exceptions import REQUEST_ID_KEY, error_from_rpc
+from meshplan.client.sync import (
     BatchItem,
     Catalog,
     batch_item,
@@ -20,10 +19,11 @@ from client.sync import (
     plan_message,
     request_message,
 )
+from meshplan.server.convert import from_proto
+from meshplan.solver.results import Evaluation, PlanResult
+from meshplan.solver.schema import EvaluateRequest, PlanRequest
+
 from meshplan.v1 import planner_pb2, planner_pb2_grpc
-from server.convert import from_proto
-from solver.results import Evaluation, PlanResult
-from solver.schema import EvaluateRequest, PlanRequest
 
 
 class AsyncPlannerClient:

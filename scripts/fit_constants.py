@@ -3,8 +3,8 @@
     .venv/bin/python scripts/fit_constants.py [--published PATH] [--out PATH] [--max-evals N]
 
 Reads ../shared/calibration/published_runs.json (or --published) and seed 001's measurements
-(solver/catalog/seed001_runs.json), scores every run at its published layout with the cost model
-(solver/calibration.py), and fits the constants of solver/costmodel/constants.py that speed
+(tools/data/seed001_runs.json), scores every run at its published layout with the cost model
+(tools/calibration.py), and fits the constants of solver/costmodel/constants.py that speed
 depends on: the achievable fraction of peak per GPU, the FP8 gain, the GEMM width penalty, the
 exposed fractions of tp and cp traffic, the dp/FSDP overlap, the link efficiency and the fixed
 cost per layer. The loss is a pseudo-Huber of log(predicted / published tokens/s), each source
@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a plain script from a checkout
     sys.path.insert(0, str(ROOT))
 
-from solver.calibration import (  # noqa: E402
+from meshplan.solver.costmodel.constants import Constants  # noqa: E402
+from meshplan.tools.calibration import (  # noqa: E402
     DEFAULT_PUBLISHED,
     CalibrationRun,
     ErrorSummary,
@@ -40,7 +41,6 @@ from solver.calibration import (  # noqa: E402
     summarize_by_source,
     with_constants,
 )
-from solver.costmodel.constants import Constants  # noqa: E402
 
 DEFAULT_OUT = ROOT / "solver" / "costmodel" / "fitted.json"
 HUBER = 0.10  # pseudo-Huber scale of the log error: ~10% errors count quadratically
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:20s} {v:.6g}   (prior {p_get(name, prior):.6g})")
     if a.dry_run:
         return 0
-    seed_path = ROOT / "solver" / "catalog" / "seed001_runs.json"
+    seed_path = ROOT / "tools" / "data" / "seed001_runs.json"
     constants = {
         "eta": {n[4:]: v for n, v in fitted.items() if n.startswith("eta:")},
         **{n: v for n, v in fitted.items() if not n.startswith("eta:")},

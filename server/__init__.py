@@ -1,5 +1,5 @@
 """gRPC service meshplan.v1.Planner: proto <-> domain, validation, limits, deadlines, shutdown.
 
 No arithmetic lives here: every answer comes from `solver.plan` / `solver.evaluate`.
-Entry points: `server.app.create_server`, `server.app.serve`, `python -m server`.
+Entry points: `server.app.create_server`, `server.app.serve`, `python -m meshplan.server`.
 """

@@ -1,8 +1,8 @@
-"""`python -m server [--host H] [--port P] ...`: run the Planner service (see server.cli)."""
+"""`python -m meshplan.server [--host H] [--port P] ...`: run the Planner service (see server.cli)."""
 
 import sys
 
-from server.cli import main
+from meshplan.server.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,9 +6,8 @@ import argparse
 import logging
 import sys
 
+from meshplan.server.settings import Settings
 from pydantic import ValidationError
-
-from server.settings import Settings
 
 # flag -> Settings field; every flag defaults to None so the environment applies when absent
 _FLAGS: dict[str, type] = {
@@ -59,7 +58,7 @@ def run_serve(args: argparse.Namespace) -> int:
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    from server.app import serve
+    from meshplan.server.app import serve
 
     try:
         return serve(settings)
@@ -69,9 +68,9 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m server`."""
+    """Entry point of `python -m meshplan.server`."""
     parser = argparse.ArgumentParser(
-        prog="python -m server", description="Run meshplan.v1.Planner."
+        prog="python -m meshplan.server", description="Run meshplan.v1.Planner."
     )
     add_serve_arguments(parser)
     return run_serve(parser.parse_args(argv))

@@ -16,8 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import grpc
-
-from server.validate import Violation
+from meshplan.server.validate import Violation
 
 log = logging.getLogger("meshplan.server")
 

@@ -10,20 +10,20 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, NoReturn
 
 import grpc
-from pydantic import ValidationError
-
-from meshplan.v1 import planner_pb2, planner_pb2_grpc
-from server.convert import FieldValueError, from_proto, to_proto
-from server.limits import REQUEST_ID_KEY, CallState, RpcFailure, SolveSlots, track_call
-from server.settings import Settings
-from server.validate import (
+from meshplan.server.convert import FieldValueError, from_proto, to_proto
+from meshplan.server.limits import REQUEST_ID_KEY, CallState, RpcFailure, SolveSlots, track_call
+from meshplan.server.settings import Settings
+from meshplan.server.validate import (
     Violation,
     bad_request_status,
     from_solver_error,
     from_validation_error,
 )
-from solver.results import Evaluation, PlanResult, PlanStatus
-from solver.schema import EvaluateRequest, PlanRequest
+from meshplan.solver.results import Evaluation, PlanResult, PlanStatus
+from meshplan.solver.schema import EvaluateRequest, PlanRequest
+from pydantic import ValidationError
+
+from meshplan.v1 import planner_pb2, planner_pb2_grpc
 
 log = logging.getLogger("meshplan.server")
 
@@ -33,13 +33,13 @@ _NO_PLAN = {"UNKNOWN", "MODEL_INVALID"}  # CP-SAT statuses that mean "nothing fo
 
 
 def _default_plan(req: PlanRequest, stop_event: Any = None) -> PlanResult:
-    import solver
+    from meshplan import solver
 
     return solver.plan(req, stop_event=stop_event)
 
 
 def _default_evaluate(req: EvaluateRequest) -> Evaluation:
-    import solver
+    from meshplan import solver
 
     return solver.evaluate(req)
 
@@ -103,7 +103,7 @@ class PlannerServicer(planner_pb2_grpc.PlannerServicer):
         self, request: planner_pb2.ListCatalogRequest, context: grpc.ServicerContext
     ) -> planner_pb2.ListCatalogResponse:
         with track_call("ListCatalog", context):
-            from server.catalog import list_catalog
+            from meshplan.server.catalog import list_catalog
 
             return list_catalog()
 

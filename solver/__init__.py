@@ -1,8 +1,8 @@
 """meshplan's solver: plan(PlanRequest) -> PlanResult, evaluate(EvaluateRequest) -> Evaluation."""
 
-from solver.planner import evaluate, plan
-from solver.results import Evaluation, PlanResult
-from solver.schema import EvaluateRequest, ParallelConfig, PlanRequest
+from meshplan.solver.planner import evaluate, plan
+from meshplan.solver.results import Evaluation, PlanResult
+from meshplan.solver.schema import EvaluateRequest, ParallelConfig, PlanRequest
 
 __all__ = [
     "EvaluateRequest",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from solver.schema import ModelSpec
+from meshplan.solver.schema import ModelSpec
 
 _FIELDS = (
     "num_layers",
@@ -144,7 +144,7 @@ def resolve_model(spec: ModelSpec) -> Arch:
     base: dict = {}
     name = "custom"
     if spec.preset:
-        from solver.catalog import get_model
+        from meshplan.solver.catalog import get_model
 
         p = get_model(spec.preset)
         name = p.name

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from solver.costmodel import Point
-from solver.costmodel.model import MEMORY_UNIT
-from solver.hardware import GIB
-from solver.results import Explanation
-from solver.space import Space
+from meshplan.solver.costmodel import Point
+from meshplan.solver.costmodel.model import MEMORY_UNIT
+from meshplan.solver.hardware import GIB
+from meshplan.solver.results import Explanation
+from meshplan.solver.space import Space
 
 
 def frugal(sp: Space) -> tuple[Point, int] | None:

@@ -6,9 +6,9 @@ points of the space and keeps the first that fits, so it is never better than th
 
 from __future__ import annotations
 
-from solver.costmodel import Layout, Point
-from solver.schema import Recompute
-from solver.space import Space
+from meshplan.solver.costmodel import Layout, Point
+from meshplan.solver.schema import Recompute
+from meshplan.solver.space import Space
 
 
 def greedy(sp: Space, rows: list[Layout] | None = None) -> Point | None:

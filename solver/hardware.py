@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solver.schema import ClusterSpec, Precision
+from meshplan.solver.schema import ClusterSpec, Precision
 
 GIB = 1 << 30
 
@@ -33,7 +33,7 @@ class Hardware:
 
 
 def resolve_cluster(spec: ClusterSpec) -> Hardware:
-    from solver.catalog import get_gpu
+    from meshplan.solver.catalog import get_gpu
 
     g = get_gpu(spec.gpu)
     bf16 = (spec.peak_bf16_tflops or g.peak_bf16_tflops) * 1e12

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solver.arch import resolve_model
-from solver.costmodel import CostModel, Layout, Point
-from solver.hardware import resolve_cluster
-from solver.schema import PlanRequest, Recompute
-from solver.space import batch_of, divisors, fewer_gpu_counts, violations
+from meshplan.solver.arch import resolve_model
+from meshplan.solver.costmodel import CostModel, Layout, Point
+from meshplan.solver.hardware import resolve_cluster
+from meshplan.solver.schema import PlanRequest, Recompute
+from meshplan.solver.space import batch_of, divisors, fewer_gpu_counts, violations
 
 
 @dataclass

@@ -5,14 +5,14 @@ from __future__ import annotations
 import threading
 import time
 
-from solver.arch import Arch, resolve_model
-from solver.costmodel import CostModel, Point
-from solver.cpsat.search import search
-from solver.cpsat.tables import Stopped, Tables
-from solver.explain import explain
-from solver.greedy import greedy
-from solver.hardware import Hardware, resolve_cluster
-from solver.results import (
+from meshplan.solver.arch import Arch, resolve_model
+from meshplan.solver.costmodel import CostModel, Point
+from meshplan.solver.cpsat.search import search
+from meshplan.solver.cpsat.tables import Stopped, Tables
+from meshplan.solver.explain import explain
+from meshplan.solver.greedy import greedy
+from meshplan.solver.hardware import Hardware, resolve_cluster
+from meshplan.solver.results import (
     Alternative,
     Evaluation,
     NumParameters,
@@ -20,9 +20,9 @@ from solver.results import (
     PlanStatus,
     SolverInfo,
 )
-from solver.schema import ClusterSpec, EvaluateRequest, PlanRequest, SearchSpec
-from solver.space import Batch, Space, violations
-from solver.walls import wall, warnings
+from meshplan.solver.schema import ClusterSpec, EvaluateRequest, PlanRequest, SearchSpec
+from meshplan.solver.space import Batch, Space, violations
+from meshplan.solver.walls import wall, warnings
 
 
 def check_pins(A: Arch, H: Hardware, q: SearchSpec) -> None:

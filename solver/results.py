@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from meshplan.solver.schema import ParallelConfig
 from pydantic import BaseModel, ConfigDict, Field
-
-from solver.schema import ParallelConfig
 
 
 class _Strict(BaseModel):

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from math import gcd
 
-from solver.arch import Arch
-from solver.costmodel import CostModel, Layout, Point
-from solver.hardware import Hardware
-from solver.schema import Framework, Precision, Recompute, SearchSpec, TrainingSpec
+from meshplan.solver.arch import Arch
+from meshplan.solver.costmodel import CostModel, Layout, Point
+from meshplan.solver.hardware import Hardware
+from meshplan.solver.schema import Framework, Precision, Recompute, SearchSpec, TrainingSpec
 
 DEFAULT_CRITICAL_BATCH = 4_194_304  # tokens, when the solver chooses the batch and none is given
 

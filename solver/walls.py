@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from solver.costmodel import Point
-from solver.results import MemoryBill, Performance, Wall
-from solver.space import Space
+from meshplan.solver.costmodel import Point
+from meshplan.solver.results import MemoryBill, Performance, Wall
+from meshplan.solver.space import Space
 
 BUBBLE_WARN = 0.20  # seed 000/003: a bubble over 20% is the wall
 COMM_WALL = 0.25  # exposed communication above a quarter of the step

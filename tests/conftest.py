@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from solver import EvaluateRequest, PlanRequest
+from meshplan.solver import EvaluateRequest, PlanRequest
 
 
 def plan_req(**kw: object) -> PlanRequest:

@@ -4,12 +4,11 @@ its row's bound, and no fitting point sits in a cell or row the bounds call impo
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
+from meshplan.solver.cpsat.tables import Tables
+from meshplan.solver.planner import _resolve
+from meshplan.solver.schema import PlanRequest
+from meshplan.solver.space import Space
 from test_oracle_property import instances
-
-from solver.cpsat.tables import Tables
-from solver.planner import _resolve
-from solver.schema import PlanRequest
-from solver.space import Space
 
 
 @settings(

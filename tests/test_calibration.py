@@ -1,5 +1,5 @@
 """Calibration: the published runs load and convert, the fit script runs and its output loads,
-and the fidelity benchmark reports sane numbers (solver/calibration.py, scripts/fit_constants.py,
+and the fidelity benchmark reports sane numbers (tools/calibration.py, scripts/fit_constants.py,
 benchmarks/fidelity.py)."""
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from benchmarks import fidelity
-from solver import evaluate
-from solver.calibration import (
+from meshplan.solver import evaluate
+from meshplan.solver.costmodel.constants import Constants, constants_from, load_constants
+from meshplan.tools.calibration import (
     DEFAULT_PUBLISHED,
     evaluate_run,
     evaluate_runs,
@@ -21,7 +20,8 @@ from solver.calibration import (
     load_seed001,
     summarize_by_source,
 )
-from solver.costmodel.constants import Constants, constants_from, load_constants
+
+from benchmarks import fidelity
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_published = pytest.mark.skipif(

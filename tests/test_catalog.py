@@ -6,9 +6,7 @@ import json
 from importlib.resources import files
 
 import pytest
-from pydantic import ValidationError
-
-from solver.catalog import (
+from meshplan.solver.catalog import (
     GpuSpec,
     ModelPreset,
     get_gpu,
@@ -16,7 +14,8 @@ from solver.catalog import (
     gpu_names,
     model_names,
 )
-from solver.schema import MoESpec
+from meshplan.solver.schema import MoESpec
+from pydantic import ValidationError
 
 REQUIRED_GPUS = {
     "a100-sxm-40gb",
@@ -80,7 +79,9 @@ def parameter_counts(m: ModelPreset) -> tuple[int, int]:
 
 
 def _raw(filename: str) -> dict:
-    return json.loads(files("solver.catalog").joinpath(filename).read_text(encoding="utf-8"))
+    return json.loads(
+        files("meshplan.solver.catalog").joinpath(filename).read_text(encoding="utf-8")
+    )
 
 
 # --- loading ------------------------------------------------------------------------------

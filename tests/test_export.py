@@ -1,4 +1,4 @@
-"""solver.export: every snippet parses with its format's own parser and carries the plan."""
+"""meshplan.tools.export: every snippet parses with its format's own parser and carries the plan."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from solver.export import KINDS, emit
-from solver.hf_config import load_hf_config
-from solver.schema import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
+from meshplan.solver.schema import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
+from meshplan.tools.export import KINDS, emit
+from meshplan.tools.hf_config import load_hf_config
 
 DATA = Path(__file__).parent / "data" / "hf"
 

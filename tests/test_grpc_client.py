@@ -18,9 +18,7 @@ import grpc
 import pytest
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
-from test_grpc_support import LOOPBACK, no_plan, running_server, small_request
-
-from client import (
+from meshplan.client import (
     AsyncPlannerClient,
     DeadlineExceededError,
     InvalidRequestError,
@@ -29,11 +27,12 @@ from client import (
     PlannerError,
     UnavailableError,
 )
-from client.channel import make_target, service_config
-from client.cli import Progress, add_batch_arguments, run_batch
-from client.exceptions import error_from_parts
-from solver.results import PlanResult
-from solver.schema import PlanRequest
+from meshplan.client.channel import make_target, service_config
+from meshplan.client.exceptions import error_from_parts
+from meshplan.solver.results import PlanResult
+from meshplan.solver.schema import PlanRequest
+from meshplan.tools.batch import Progress, add_batch_arguments, run_batch
+from test_grpc_support import LOOPBACK, no_plan, running_server, small_request
 
 
 def fake_plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanResult:

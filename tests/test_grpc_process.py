@@ -1,4 +1,4 @@
-"""Servers as processes (`python -m server`): SIGTERM drains; replicas behind one client target
+"""Servers as processes (`python -m meshplan.server`): SIGTERM drains; replicas behind one client target
 survive one of them being killed mid-run."""
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from meshplan.client import PlannerClient, UnavailableError
+from meshplan.solver.results import PlanResult, PlanStatus
+from meshplan.solver.schema import PlanRequest
 from test_grpc_support import LOOPBACK, medium_request, small_request
-
-from client import PlannerClient, UnavailableError
-from solver.results import PlanResult, PlanStatus
-from solver.schema import PlanRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 INFEASIBLE = PlanRequest.model_validate(
@@ -32,12 +31,12 @@ _LISTENING = re.compile(r"serving meshplan\.v1\.Planner on [^ ]+:(\d+)")
 
 
 class ServerProcess:
-    """`python -m server` on a free loopback port, its stderr collected line by line."""
+    """`python -m meshplan.server` on a free loopback port, its stderr collected line by line."""
 
     def __init__(self, *flags: str) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server", "--host", LOOPBACK, "--port", "0", *flags],
+            [sys.executable, "-m", "meshplan.server", "--host", LOOPBACK, "--port", "0", *flags],
             cwd=ROOT,
             env=env,
             stderr=subprocess.PIPE,

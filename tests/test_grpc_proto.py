@@ -13,10 +13,7 @@ from pathlib import Path
 
 import pytest
 from google.protobuf.descriptor import Descriptor
-from pydantic import BaseModel
-
-from meshplan.v1 import catalog_pb2, planner_pb2, result_pb2, spec_pb2
-from server.convert import (
+from meshplan.server.convert import (
     dict_to_message,
     enum_from_proto,
     enum_prefix,
@@ -25,9 +22,9 @@ from server.convert import (
     message_to_dict,
     to_proto,
 )
-from server.validate import model_type
-from solver.catalog import GpuSpec, ModelPreset
-from solver.results import (
+from meshplan.server.validate import model_type
+from meshplan.solver.catalog import GpuSpec, ModelPreset
+from meshplan.solver.results import (
     Alternative,
     Evaluation,
     Explanation,
@@ -40,7 +37,7 @@ from solver.results import (
     TimeBreakdown,
     Wall,
 )
-from solver.schema import (
+from meshplan.solver.schema import (
     EvaluateRequest,
     Framework,
     ParallelConfig,
@@ -48,6 +45,9 @@ from solver.schema import (
     Precision,
     Recompute,
 )
+from pydantic import BaseModel
+
+from meshplan.v1 import catalog_pb2, planner_pb2, result_pb2, spec_pb2
 
 ROOT = Path(__file__).resolve().parent.parent
 PAIRS = [

@@ -10,15 +10,15 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
+from meshplan.client import InvalidRequestError, PlannerClient
+from meshplan.client.exceptions import DeadlineExceededError, error_from_rpc
+from meshplan.client.sync import plan_message
+from meshplan.solver.results import PlanResult, PlanStatus
+from meshplan.solver.schema import EvaluateRequest, ParallelConfig, PlanRequest
 from test_grpc_support import LOOPBACK, big_request, raw_stub, running_server, small_request
 
-import solver
-from client import InvalidRequestError, PlannerClient
-from client.exceptions import DeadlineExceededError, error_from_rpc
-from client.sync import plan_message
+from meshplan import solver
 from meshplan.v1 import planner_pb2
-from solver.results import PlanResult, PlanStatus
-from solver.schema import EvaluateRequest, ParallelConfig, PlanRequest
 
 
 class RecordingPlan:

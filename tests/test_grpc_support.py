@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health
+from meshplan.server.app import create_server
+from meshplan.server.settings import Settings
+from meshplan.solver.results import Explanation, NumParameters, PlanResult, PlanStatus, SolverInfo
+from meshplan.solver.schema import ClusterSpec, ModelSpec, Options, PlanRequest
 
 from meshplan.v1 import planner_pb2_grpc
-from server.app import create_server
-from server.settings import Settings
-from solver.results import Explanation, NumParameters, PlanResult, PlanStatus, SolverInfo
-from solver.schema import ClusterSpec, ModelSpec, Options, PlanRequest
 
 LOOPBACK = "127.0.0.1"
 

@@ -1,4 +1,4 @@
-"""solver.hf_config: real config.json files load, and their weights add up to the published size."""
+"""meshplan.tools.hf_config: real config.json files load, and their weights add up to the published size."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from solver.hf_config import (
+from meshplan.tools.hf_config import (
     SUPPORTED_MODEL_TYPES,
     HFConfigError,
     count_parameters,
@@ -243,7 +242,7 @@ def test_bad_value_and_bad_json(tmp_path: Path) -> None:
 
 
 def test_count_parameters_needs_an_explicit_spec() -> None:
-    from solver.schema import ModelSpec
+    from meshplan.solver.schema import ModelSpec
 
     with pytest.raises(ValueError, match="explicit"):
         count_parameters(ModelSpec(preset="llama3-70b"))

@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-
-from solver.cli import main
-from solver.ladder import axes_of, pair, parse_rungs
-from solver.schema import ParallelConfig
+from meshplan.solver.schema import ParallelConfig
+from meshplan.tools.cli import main
+from meshplan.tools.ladder import axes_of, pair, parse_rungs
 
 KNOBS = ["--seq-len", "2048", "--global-batch-tokens", "131072", "--time-limit", "30"]
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from solver import EvaluateRequest, PlanRequest, evaluate, plan
-from solver.oracle import oracle
-from solver.results import PlanStatus
+from meshplan.solver import EvaluateRequest, PlanRequest, evaluate, plan
+from meshplan.solver.oracle import oracle
+from meshplan.solver.results import PlanStatus
 
 # Counts with many and few divisors, as the issue asks, besides small ones.
 GPU_COUNTS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 96, 1536, 2520, 6144]

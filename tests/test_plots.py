@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from solver.cli import main
-from solver.plots import scaling_plot
-from solver.scaling import scaling_series
+from meshplan.tools.cli import main
+from meshplan.tools.plots import scaling_plot
+from meshplan.tools.scaling import scaling_series
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

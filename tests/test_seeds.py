@@ -6,13 +6,12 @@ import math
 
 import pytest
 from conftest import eval_req, plan_req
-
-from solver import evaluate, plan
-from solver.arch import resolve_model
-from solver.calibration import evaluate_run, load_seed001
-from solver.costmodel.context import STATE_BYTES, recipe_for
-from solver.results import PlanStatus
-from solver.schema import Framework, ModelSpec, Precision
+from meshplan.solver import evaluate, plan
+from meshplan.solver.arch import resolve_model
+from meshplan.solver.costmodel.context import STATE_BYTES, recipe_for
+from meshplan.solver.results import PlanStatus
+from meshplan.solver.schema import Framework, ModelSpec, Precision
+from meshplan.tools.calibration import evaluate_run, load_seed001
 
 GIB = 1 << 30
 H100 = {"gpu": "h100-sxm-80gb"}
@@ -185,7 +184,7 @@ def test_seed001_fsdp_beats_tp_on_4_h200() -> None:
     assert (r.config.tp, r.config.pp, r.config.dp) == (1, 1, 4)
 
 
-# Seed 001's measured speed, converted to our MFU convention (solver/calibration.py: the seed's
+# Seed 001's measured speed, converted to our MFU convention (tools/calibration.py: the seed's
 # MFU counts both embeddings); the fitted constants put every run within this relative error.
 SEED001_MFU_TOL = 0.15
 

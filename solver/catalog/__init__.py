@@ -12,9 +12,8 @@ from functools import cache
 from importlib.resources import files
 from typing import Any, Literal
 
+from meshplan.solver.schema import MoESpec
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from solver.schema import MoESpec
 
 __all__ = [
     "GpuFamily",

@@ -1,7 +1,7 @@
 """Efficiency constants of the cost model.
 
 Defaults are engineering priors; `scripts/fit_constants.py` fits them to ../shared/calibration
-and seed 001 (solver/calibration.py) and writes `fitted.json` beside this file, which wins:
+and seed 001 (tools/calibration.py) and writes `fitted.json` beside this file, which wins:
 its values replace the priors field by field (`eta` entries are merged).
 """
 
@@ -60,7 +60,7 @@ def constants_from(data: dict[str, Any], base: Constants | None = None) -> Const
 def load_constants() -> Constants:
     """The constants every CostModel uses by default: fitted.json over the priors."""
     try:
-        text = resources.files("solver.costmodel").joinpath("fitted.json").read_text()
+        text = resources.files("meshplan.solver.costmodel").joinpath("fitted.json").read_text()
     except FileNotFoundError:
         return Constants()
     return constants_from(json.loads(text))

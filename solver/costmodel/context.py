@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from solver.arch import Arch
-from solver.costmodel.constants import Constants
-from solver.hardware import GIB, Hardware
-from solver.schema import Framework, Precision
+from meshplan.solver.arch import Arch
+from meshplan.solver.costmodel.constants import Constants
+from meshplan.solver.hardware import GIB, Hardware
+from meshplan.solver.schema import Framework, Precision
 
 # Static bytes per parameter (weights, gradients, optimizer incl. fp32 master): seed 002.
 STATE_BYTES = {Precision.BF16: (2, 2, 12), Precision.FP8: (1, 2, 6)}

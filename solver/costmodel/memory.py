@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from solver.costmodel.context import ACT_BYTES, Ctx, n_chunk, n_stage
-from solver.costmodel.point import Layout
-from solver.costmodel.terms import Term
-from solver.schema import Recompute
+from meshplan.solver.costmodel.context import ACT_BYTES, Ctx, n_chunk, n_stage
+from meshplan.solver.costmodel.point import Layout
+from meshplan.solver.costmodel.terms import Term
+from meshplan.solver.schema import Recompute
 
 TENANTS = ("weights", "gradients", "optimizer", "activations")
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solver.arch import Arch
-from solver.costmodel.constants import Constants, load_constants
-from solver.costmodel.context import Ctx, Recipe, recipe_for, reserve_default
-from solver.costmodel.memory import TENANTS, memory_terms
-from solver.costmodel.point import Point
-from solver.costmodel.terms import Compiled
-from solver.costmodel.timing import Rates, dp_terms, objective_terms
-from solver.hardware import Hardware
-from solver.results import MemoryBill, Performance, TimeBreakdown
-from solver.schema import Recompute, SearchSpec, TrainingSpec
+from meshplan.solver.arch import Arch
+from meshplan.solver.costmodel.constants import Constants, load_constants
+from meshplan.solver.costmodel.context import Ctx, Recipe, recipe_for, reserve_default
+from meshplan.solver.costmodel.memory import TENANTS, memory_terms
+from meshplan.solver.costmodel.point import Point
+from meshplan.solver.costmodel.terms import Compiled
+from meshplan.solver.costmodel.timing import Rates, dp_terms, objective_terms
+from meshplan.solver.hardware import Hardware
+from meshplan.solver.results import MemoryBill, Performance, TimeBreakdown
+from meshplan.solver.schema import Recompute, SearchSpec, TrainingSpec
 
 # Integer units of the CP-SAT model. Magnitudes must stay far below 2^63 even after presolve
 # multiplies coefficients together (OR-Tools 9.15 wrongly proved INFEASIBLE at fs and bytes), so

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solver.schema import ParallelConfig, Recompute
+from meshplan.solver.schema import ParallelConfig, Recompute
 
 
 @dataclass(frozen=True, order=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from solver.costmodel.point import Layout, Point
+from meshplan.solver.costmodel.point import Layout, Point
 
 FACTOR_AXES = ("pv", "te", "db")  # order in which factors are applied
 Factor = Callable[[object], Fraction]

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from solver.costmodel.context import ACT_BYTES, Ctx, n_chunk, n_stage
-from solver.costmodel.memory import _extras, _layer_params
-from solver.costmodel.point import Layout
-from solver.costmodel.terms import Term, frac
-from solver.schema import Recompute
+from meshplan.solver.costmodel.context import ACT_BYTES, Ctx, n_chunk, n_stage
+from meshplan.solver.costmodel.memory import _extras, _layer_params
+from meshplan.solver.costmodel.point import Layout
+from meshplan.solver.costmodel.terms import Term, frac
+from meshplan.solver.schema import Recompute
 
 
 class Rates:

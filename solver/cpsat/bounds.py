@@ -16,16 +16,27 @@ never above the integer value it bounds.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+from meshplan.solver.costmodel import Layout
+from meshplan.solver.costmodel.model import STAGES
+from meshplan.solver.costmodel.terms import Compiled, Factor, Group
+from meshplan.solver.space import Space
 
-from solver.costmodel import Layout
-from solver.costmodel.model import STAGES
-from solver.costmodel.terms import Compiled
 
-if TYPE_CHECKING:
-    from solver.cpsat.tables import Tables
+class Tables(Protocol):
+    """What the bounds read of `tables.Tables` (which calls them): the space, its row index,
+    the integer start tables, factors and the axis values that agree with a row."""
+
+    sp: Space
+    index: dict[Layout, int]
+
+    def starts(self, comp: Compiled, g: Group, keyval: object) -> list[int]: ...
+    def float_fracs(self, axis: str, fn: Factor) -> dict[object, float]: ...
+    def extremes(self, axis: str, fn: Factor, row: Layout) -> tuple[float, float] | None: ...
+    def compatible(self, axis: str, row: Layout) -> list[Any]: ...
+
 
 SLACK = 1e-9
 Cell = tuple[tuple[int, int, int], tuple[int, int]]  # (db, te) within a row

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from meshplan.solver.costmodel import Point
+from meshplan.solver.costmodel.model import STAGES
+from meshplan.solver.cpsat.chains import compiled_vars, group_var
+from meshplan.solver.cpsat.tables import Tables
+from meshplan.solver.cpsat.variables import Axes
+from meshplan.solver.space import Space
 from ortools.sat.python import cp_model
-
-from solver.costmodel import Point
-from solver.costmodel.model import STAGES
-from solver.cpsat.chains import compiled_vars, group_var
-from solver.cpsat.tables import Tables
-from solver.cpsat.variables import Axes
-from solver.space import Space
 
 
 @dataclass

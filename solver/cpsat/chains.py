@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from meshplan.solver.costmodel.terms import FACTOR_AXES, Compiled, Group
+from meshplan.solver.cpsat.variables import Axes
 from ortools.sat.python import cp_model
-
-from solver.costmodel.terms import FACTOR_AXES, Compiled, Group
-from solver.cpsat.variables import Axes
 
 HORIZON = 1 << 61
 

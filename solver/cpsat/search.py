@@ -15,11 +15,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from solver.costmodel import Layout, Point
-from solver.cpsat.build import build
-from solver.cpsat.solve import Solved, solve
-from solver.cpsat.tables import Stopped, Tables
-from solver.space import Space
+from meshplan.solver.costmodel import Layout, Point
+from meshplan.solver.cpsat.build import build
+from meshplan.solver.cpsat.solve import Solved, solve
+from meshplan.solver.cpsat.tables import Stopped, Tables
+from meshplan.solver.space import Space
 
 FIRST_ROWS = 2  # rows in the first model; a model found infeasible doubles its rows
 REFINE_BATCH = 32  # rows whose fine bounds are computed at once

@@ -7,10 +7,9 @@ import threading
 import time
 from dataclasses import dataclass
 
+from meshplan.solver.costmodel import Point
+from meshplan.solver.cpsat.build import Built
 from ortools.sat.python import cp_model
-
-from solver.costmodel import Point
-from solver.cpsat.build import Built
 
 log = logging.getLogger(__name__)
 

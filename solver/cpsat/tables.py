@@ -8,10 +8,10 @@ import math
 from collections.abc import Callable
 from fractions import Fraction
 
-from solver.costmodel import Layout, Point
-from solver.costmodel.terms import Compiled, Factor, Group
-from solver.cpsat.bounds import Fine, coarse_bounds, fine_bounds
-from solver.space import Space
+from meshplan.solver.costmodel import Layout, Point
+from meshplan.solver.costmodel.terms import Compiled, Factor, Group
+from meshplan.solver.cpsat.bounds import Fine, coarse_bounds, fine_bounds
+from meshplan.solver.space import Space
 
 CHECK_EVERY = 512  # rows of a start table between two checks for a stop or the deadline
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from meshplan.solver.costmodel import Point
+from meshplan.solver.cpsat.tables import Tables
+from meshplan.solver.space import Space
 from ortools.sat.python import cp_model
-
-from solver.costmodel import Point
-from solver.cpsat.tables import Tables
-from solver.space import Space
 
 
 class Axes:

@@ -25,9 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from meshplan.solver.schema import ModelSpec, MoESpec
 from pydantic import ValidationError
-
-from solver.schema import ModelSpec, MoESpec
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from solver.grid import ModelItem, expand_model
-from solver.results import PlanResult
-from solver.schema import ParallelConfig
-from solver.sweep import Job, build_jobs, solve_local, solve_remote
+from meshplan.solver.results import PlanResult
+from meshplan.solver.schema import ParallelConfig
+from meshplan.tools.grid import ModelItem, expand_model
+from meshplan.tools.sweep import Job, build_jobs, solve_local, solve_remote
 
 SEED_RUNGS = "llama3-8b@8,llama3-70b@8,llama3-70b@256,llama3-405b@2048"  # seed 000's table
 

@@ -8,14 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from solver.results import Evaluation, MemoryBill, PlanResult
-from solver.scaling import Series
-from solver.schema import ParallelConfig
+from meshplan.solver.results import Evaluation, MemoryBill, PlanResult
+from meshplan.solver.schema import ParallelConfig
+from meshplan.tools.scaling import Series
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from solver.ladder import Rung
+    from meshplan.tools.ladder import Rung
 
 GIB = 1 << 30
 TENANTS = (  # (MemoryBill field, label, colour); activations rose as in seed 002

@@ -10,7 +10,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from solver.sweep import Job, Outcome, Stats, flat_row, full_row, pending, solve_local, solve_remote
+from meshplan.tools.sweep import (
+    Job,
+    Outcome,
+    Stats,
+    flat_row,
+    full_row,
+    pending,
+    solve_local,
+    solve_remote,
+)
 
 CSV_COLUMNS = [
     "key", "model", "gpu", "num_gpus", "seq_len", "precision", "global_batch_tokens",

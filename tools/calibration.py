@@ -2,7 +2,7 @@
 
 Two files: `../shared/calibration/published_runs.json` (Narayanan et al. 2021, Korthikanti et al.
 2022, torchtitan, MosaicML llm-foundry) and seed 001's KempnerForge measurements, transcribed
-with their quotes into `solver/catalog/seed001_runs.json`. Each run becomes the request the
+with their quotes into `tools/data/seed001_runs.json`. Each run becomes the request the
 planner would score (model, cluster, training, the published layout) plus what was measured,
 converted to the planner's conventions:
 
@@ -28,13 +28,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
-
-from solver.arch import Arch, resolve_model
-from solver.costmodel import CostModel, Point
-from solver.costmodel.constants import Constants
-from solver.hardware import GIB, resolve_cluster
-from solver.schema import (
+from meshplan.solver.arch import Arch, resolve_model
+from meshplan.solver.costmodel import CostModel, Point
+from meshplan.solver.costmodel.constants import Constants
+from meshplan.solver.hardware import GIB, resolve_cluster
+from meshplan.solver.schema import (
     ClusterSpec,
     EvaluateRequest,
     Framework,
@@ -45,6 +43,7 @@ from solver.schema import (
     SearchSpec,
     TrainingSpec,
 )
+from pydantic import BaseModel, ConfigDict, Field
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PUBLISHED = REPO_ROOT.parent / "shared" / "calibration" / "published_runs.json"
@@ -346,12 +345,12 @@ def load_published(path: Path | str = DEFAULT_PUBLISHED) -> list[CalibrationRun]
 
 
 def _seed001_raw() -> dict[str, Any]:
-    text = resources.files("solver.catalog").joinpath("seed001_runs.json").read_text("utf-8")
+    text = resources.files("meshplan.tools").joinpath("data/seed001_runs.json").read_text("utf-8")
     return json.loads(text)
 
 
 def load_seed001() -> list[CalibrationRun]:
-    """Seed 001's KempnerForge measurements (solver/catalog/seed001_runs.json)."""
+    """Seed 001's KempnerForge measurements (tools/data/seed001_runs.json)."""
     data = _seed001_raw()
     c = data["common"]
     out = []

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from solver.results import Evaluation, MemoryBill, Performance, PlanResult
-from solver.schema import EvaluateRequest, ParallelConfig, PlanRequest
+from meshplan.solver.results import Evaluation, MemoryBill, Performance, PlanResult
+from meshplan.solver.schema import EvaluateRequest, ParallelConfig, PlanRequest
 
 GIB = 1 << 30
 

@@ -1,6 +1,6 @@
 """CLI glue for remote calls: `meshplan plan|evaluate --server`, `meshplan batch`.
 
-solver/cli.py wires these in; they print nothing except the batch progress bar (stderr).
+tools/cli.py wires these in; they print nothing except the batch progress bar (stderr).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from client.exceptions import FieldViolation, InvalidRequestError, PlannerError
-from client.sync import BatchItem, PlannerClient
-from solver.results import Evaluation, PlanResult
-from solver.schema import EvaluateRequest, PlanRequest
+from meshplan.client.exceptions import FieldViolation, InvalidRequestError, PlannerError
+from meshplan.client.sync import BatchItem, PlannerClient
+from meshplan.solver.results import Evaluation, PlanResult
+from meshplan.solver.schema import EvaluateRequest, PlanRequest
 
 _SLACK_S = 10.0  # deadline beyond the solve's own time limit: model build, transport
 CSV_COLUMNS = [

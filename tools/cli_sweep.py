@@ -1,4 +1,4 @@
-"""`meshplan sweep` and `meshplan ladder`: flags and commands (wired in by solver/cli.py)."""
+"""`meshplan sweep` and `meshplan ladder`: flags and commands (wired in by tools/cli.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from solver.grid import expand_models, parse_gpus, parse_ints
+from meshplan.tools.flags import request_from_flags
+from meshplan.tools.grid import expand_models, parse_gpus, parse_ints
 
 PINS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches")
 MODELS_HELP = (
@@ -72,12 +73,10 @@ def add_ladder_arguments(p: argparse.ArgumentParser) -> None:
 
 def base_request(a: argparse.Namespace) -> dict[str, Any]:
     """The flags that are not axes of the grid, as a request dict (the same rules as `plan`)."""
-    from solver.cli import _request
-
     ns = argparse.Namespace(**vars(a))
     for grid_flag in ("model", "gpu", "gpus", "seq_len", "precision", "top_k", "emit"):
         setattr(ns, grid_flag, None)
-    req = _request(ns, evaluate=False)
+    req = request_from_flags(ns, evaluate=False)
     req.pop("model", None)
     req["cluster"].pop("num_gpus", None)
     if a.gpu and "," not in a.gpu:
@@ -100,10 +99,10 @@ def _servers(a: argparse.Namespace) -> list[str]:
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
-    from solver.plots import describe, scaling_plot
-    from solver.scaling import scaling_series
-    from solver.sweep import build_jobs
-    from solver.sweep_io import SweepFiles, run_sweep
+    from meshplan.tools.plots import describe, scaling_plot
+    from meshplan.tools.scaling import scaling_series
+    from meshplan.tools.sweep import build_jobs
+    from meshplan.tools.sweep_io import SweepFiles, run_sweep
 
     models, gpus = expand_models(a.models), parse_gpus(a.gpus)
     seqs = parse_ints(a.seq_len, "--seq-len") if a.seq_len else [None]
@@ -146,7 +145,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 
 
 def cmd_ladder(a: argparse.Namespace) -> int:
-    from solver.ladder import (
+    from meshplan.tools.ladder import (
         SEED_RUNGS,
         climb,
         pair,
@@ -155,7 +154,7 @@ def cmd_ladder(a: argparse.Namespace) -> int:
         rung_models,
         rung_row,
     )
-    from solver.plots import describe, ladder_plot
+    from meshplan.tools.plots import describe, ladder_plot
 
     if a.rungs or not a.models:
         if a.models or a.gpus:

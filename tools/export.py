@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from solver.schema import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
+from meshplan.solver.schema import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
 
 KINDS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed", "kempnerforge")
 

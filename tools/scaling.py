@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from solver.space import DEFAULT_CRITICAL_BATCH
+from meshplan.solver.space import DEFAULT_CRITICAL_BATCH
 
 _GROUP = ("gpu", "seq_len", "precision", "global_batch_tokens", "critical_batch_tokens")
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from solver.arch import resolve_model
-from solver.schema import ModelSpec, MoESpec
+from meshplan.solver.arch import resolve_model
+from meshplan.solver.schema import ModelSpec, MoESpec
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mbt])\s*$", re.IGNORECASE)
 _SCALE = {"m": 1e6, "b": 1e9, "t": 1e12}
@@ -99,7 +99,7 @@ def parse_ints(text: str, field_name: str, unique: bool = True) -> list[int]:
 
 def family_members(family: str) -> list[Any]:
     """Catalog presets whose name starts with `family-`, smallest first."""
-    from solver.catalog import get_model, model_names
+    from meshplan.solver.catalog import get_model, model_names
 
     members = [get_model(n) for n in model_names() if n.startswith(family.lower() + "-")]
     return sorted(members, key=lambda p: p.published_params_b)
@@ -173,7 +173,7 @@ def expand_model(item: str) -> list[ModelItem]:
     item = item.strip()
     try:
         if item.endswith(".json") or Path(item).is_dir():
-            from solver.hf_config import load_hf_config
+            from meshplan.tools.hf_config import load_hf_config
 
             spec = load_hf_config(Path(item)).model_dump(exclude_none=True)
             return [ModelItem(item, spec, params=_params(spec))]
@@ -229,7 +229,7 @@ def _scaled_range(family: str, lo: float, hi: float, factor_s: str) -> list[Mode
 
 
 def _preset(name: str) -> ModelItem:
-    from solver.catalog import get_model
+    from meshplan.solver.catalog import get_model
 
     try:
         p = get_model(name)

@@ -3,7 +3,7 @@ plan request, solved in a process pool (in-process) or through a server's PlanBa
 
 Every cell has a key (a hash of the model label and the whole request except `model` and
 `options`: how long a solve may take does not change what is asked), so a rerun skips the cells
-already written (solver/sweep_io.py). A cell that cannot be asked (a bad model name, a config that
+already written (tools/sweep_io.py). A cell that cannot be asked (a bad model name, a config that
 does not load, a value the request rejects) is an ERROR row with the reason, never a traceback.
 """
 
@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from typing import Any
 
+from meshplan.solver.results import PlanResult
+from meshplan.solver.schema import PlanRequest
+from meshplan.tools.grid import ModelItem
 from pydantic import ValidationError
-
-from solver.grid import ModelItem
-from solver.results import PlanResult
-from solver.schema import PlanRequest
 
 
 @dataclass(frozen=True)
@@ -119,7 +118,7 @@ def solve_request(request: dict[str, Any]) -> tuple[dict[str, Any] | None, str |
 
     Module-level so a process pool can pickle it.
     """
-    from solver.planner import plan
+    from meshplan.solver.planner import plan
 
     try:
         return plan(PlanRequest.model_validate(request)).model_dump(mode="json"), None
@@ -161,8 +160,8 @@ def solve_remote(
     jobs: Sequence[Job], servers: Sequence[str], timeout: float = 3600.0, chunk: int = 256
 ) -> Iterator[Outcome]:
     """Solve through PlanBatch on `servers` (round-robin). A failed call raises PlannerError."""
-    from client.exceptions import PlannerError
-    from client.sync import PlannerClient, plan_message
+    from meshplan.client.exceptions import PlannerError
+    from meshplan.client.sync import PlannerClient, plan_message
 
     ready: list[tuple[Job, PlanRequest]] = []
     for job in jobs:
