@@ -2,7 +2,7 @@
 
     python -m benchmarks fidelity [--quick] [--published PATH] [--json PATH]
 
-Every run of ../shared/calibration/published_runs.json and seed 001
+Every run of tools/data/calibration/published_runs.json and seed 001
 (tools/data/seed001_runs.json) is scored as Evaluate would score it (tools/calibration.py
 builds the requests and undoes each source's FLOP convention). Printed: predicted against
 published MFU (our convention) and peak memory per run; per source the median and p90 of the
@@ -191,7 +191,7 @@ def main(argv: list[str]) -> int:
         "--published",
         type=Path,
         default=DEFAULT_PUBLISHED,
-        help="published_runs.json (default ../shared/calibration/published_runs.json)",
+        help="published_runs.json (default tools/data/calibration/published_runs.json)",
     )
     a = ap.parse_args(argv)
     t0 = time.perf_counter()

@@ -102,7 +102,7 @@ SEED_CASES: list[Instance] = [
         4,
         4096,
         cluster={"gpus_per_node": 4},
-        search={"framework": "KEMPNERFORGE"},
+        training={"framework": "KEMPNERFORGE"},
     ),
     _seed(
         "seed001-kf13b-32xh200",
@@ -111,7 +111,7 @@ SEED_CASES: list[Instance] = [
         32,
         4096,
         cluster={"gpus_per_node": 4},
-        search={"framework": "KEMPNERFORGE"},
+        training={"framework": "KEMPNERFORGE"},
     ),
     _seed(
         "seed001-kf70b-32xh200",
@@ -120,7 +120,7 @@ SEED_CASES: list[Instance] = [
         32,
         4096,
         cluster={"gpus_per_node": 4},
-        search={"framework": "KEMPNERFORGE"},
+        training={"framework": "KEMPNERFORGE"},
     ),
 ]
 

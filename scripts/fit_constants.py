@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/fit_constants.py [--published PATH] [--out PATH] [--max-evals N]
 
-Reads ../shared/calibration/published_runs.json (or --published) and seed 001's measurements
+Reads tools/data/calibration/published_runs.json (or --published) and seed 001's measurements
 (tools/data/seed001_runs.json), scores every run at its published layout with the cost model
 (tools/calibration.py), and fits the constants of solver/costmodel/constants.py that speed
 depends on: the achievable fraction of peak per GPU, the FP8 gain, the GEMM width penalty, the

@@ -27,10 +27,13 @@ class Recompute(str, Enum):
 
 
 class Framework(str, Enum):
-    """Optional framework profile whose validation rules become constraints."""
+    """The training framework a plan is for: its rules, memory recipe, efficiency and export."""
 
-    ANY = "ANY"
-    KEMPNERFORGE = "KEMPNERFORGE"  # seed 001: rejects MoE with pp>1 and FP8 with tp>1
+    GENERIC = "GENERIC"  # the textbook recipe (seed 002): 16 B/param BF16, 9 B/param FP8
+    KEMPNERFORGE = "KEMPNERFORGE"  # FSDP2 + DTensor TP: rejects MoE with pp>1, FP8 with tp>1
+    MEGATRON = "MEGATRON"  # Megatron-Core with Transformer Engine
+    TORCHTITAN = "TORCHTITAN"  # FSDP2, TP, PP, CP, EP on PyTorch DTensor
+    DEEPSPEED = "DEEPSPEED"  # ZeRO 0-3 with Megatron-style TP/PP
 
 
 class _Strict(BaseModel):
@@ -160,6 +163,10 @@ class TrainingSpec(_Strict):
         le=2**40,
     )
     precision: Precision = Field(default=Precision.BF16, description="Precision recipe.")
+    framework: Framework = Field(
+        default=Framework.GENERIC,
+        description="Framework profile: the layouts it runs, its memory recipe and efficiency.",
+    )
 
     @model_validator(mode="after")
     def _batch(self) -> TrainingSpec:
@@ -221,7 +228,6 @@ class SearchSpec(_Strict):
     allow_fewer_gpus: bool = Field(
         default=False, description="Allow plans that leave some of num_gpus idle."
     )
-    framework: Framework = Field(default=Framework.ANY, description="Framework profile rules.")
     memory_reserve_gib: float = Field(
         default=3.0,
         description="Fixed per-GPU reserve for CUDA context and NCCL buffers (GiB; seed 002: ~2+1).",
@@ -293,5 +299,5 @@ class EvaluateRequest(_Strict):
     training: TrainingSpec = Field(default_factory=TrainingSpec, description="The step.")
     config: ParallelConfig = Field(description="The layout to score.")
     search: SearchSpec = Field(
-        default_factory=SearchSpec, description="Memory reserve and framework rules to apply."
+        default_factory=SearchSpec, description="Memory reserve to apply (pins are ignored)."
     )

@@ -120,7 +120,7 @@ def violations(
         out.append(
             f"global batch {tokens} tokens exceeds the critical batch ({batch.cap_seqs * s})"
         )
-    if search.framework is Framework.KEMPNERFORGE:
+    if training.framework is Framework.KEMPNERFORGE:
         if A.is_moe and lay.pp > 1:
             out.append("KempnerForge rejects MoE with pp > 1 (seed 001)")
         if training.precision is Precision.FP8 and lay.tp > 1:
@@ -202,7 +202,7 @@ class Space:
         vals = [t for t in divisors(g) if t <= self.H.gpn or t == q.tp]
         vals = [t for t in vals if self.training.seq_len % (2 * t) == 0]
         if (
-            self.search.framework is Framework.KEMPNERFORGE
+            self.training.framework is Framework.KEMPNERFORGE
             and self.training.precision is Precision.FP8
         ):
             vals = [t for t in vals if t == 1]
@@ -216,8 +216,8 @@ class Space:
     def _generate(self, n: int, prune: bool = True) -> None:
         A, q, s = self.A, self.search, self.training.seq_len
         counts = fewer_gpu_counts(n, self.H.gpn) if q.allow_fewer_gpus else [n]
-        no_pp = q.framework is Framework.KEMPNERFORGE and A.is_moe
-        no_cp = q.framework is Framework.KEMPNERFORGE
+        kf = self.training.framework is Framework.KEMPNERFORGE
+        no_pp, no_cp = kf and A.is_moe, kf
         eps = self.ep_values()
         rows: set[Layout] = set()
         for g in counts:

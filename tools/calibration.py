@@ -1,6 +1,6 @@
 """Published training runs as evaluable requests: what the cost model is fitted to and judged on.
 
-Two files: `../shared/calibration/published_runs.json` (Narayanan et al. 2021, Korthikanti et al.
+Two files: `tools/data/calibration/published_runs.json` (Narayanan et al. 2021, Korthikanti et al.
 2022, torchtitan, MosaicML llm-foundry) and seed 001's KempnerForge measurements, transcribed
 with their quotes into `tools/data/seed001_runs.json`. Each run becomes the request the
 planner would score (model, cluster, training, the published layout) plus what was measured,
@@ -45,8 +45,7 @@ from meshplan.solver.schema import (
 )
 from pydantic import BaseModel, ConfigDict, Field
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_PUBLISHED = REPO_ROOT.parent / "shared" / "calibration" / "published_runs.json"
+DEFAULT_PUBLISHED = Path(__file__).resolve().parent / "data" / "calibration" / "published_runs.json"
 SOURCES = ("narayanan2021", "korthikanti2022", "torchtitan", "mosaicml", "seed001")
 
 # How each source's published speed becomes tokens/s per GPU (the planner then applies its own
@@ -126,7 +125,6 @@ class CalibrationRun(_Strict):
     cluster: ClusterSpec = Field(description="Catalog GPU, GPU count and node size.")
     training: TrainingSpec = Field(description="Sequence length, global batch and precision.")
     config: ParallelConfig = Field(description="The published layout (defaults filled in).")
-    framework: Framework = Field(default=Framework.ANY, description="Framework memory recipe.")
     memory_precision: Precision = Field(
         description="Precision recipe whose state bytes the run keeps (Float8 compute keeps BF16)."
     )
@@ -143,8 +141,12 @@ class CalibrationRun(_Strict):
     assumptions: list[str] = Field(default_factory=list, description="Defaults this run used.")
 
     @property
+    def framework(self) -> Framework:
+        return self.training.framework
+
+    @property
     def search(self) -> SearchSpec:
-        return SearchSpec(framework=self.framework)
+        return SearchSpec()
 
     def request(self) -> EvaluateRequest:
         """The Evaluate request that scores this run with the planner."""
@@ -378,6 +380,7 @@ def load_seed001() -> list[CalibrationRun]:
                     seq_len=seq,
                     global_batch_tokens=r["dp"] * r["micro_batch"] * M * seq,
                     precision=Precision(c["precision"]),
+                    framework=Framework(c["framework"]),
                 ),
                 config=ParallelConfig(
                     tp=r["tp"],
@@ -389,7 +392,6 @@ def load_seed001() -> list[CalibrationRun]:
                     recompute=Recompute(c["recompute"]),
                     sequence_parallel=r["tp"] > 1,
                 ),
-                framework=Framework(c["framework"]),
                 memory_precision=Precision(c["precision"]),
                 tokens_per_s_per_gpu=tps,
                 published=published,

@@ -37,7 +37,9 @@ def _knobs(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--recompute", choices=["NONE", "SELECTIVE", "FULL"])
     p.add_argument("--sequence-parallel", choices=["true", "false"])
     p.add_argument("--allow-fewer-gpus", action="store_true")
-    p.add_argument("--framework", choices=["ANY", "KEMPNERFORGE"])
+    p.add_argument(
+        "--framework", choices=["GENERIC", "KEMPNERFORGE", "MEGATRON", "TORCHTITAN", "DEEPSPEED"]
+    )
     p.add_argument("--time-limit", type=float, help="solver time limit per plan (s; default 10)")
     p.add_argument("--jobs", type=int, default=0, help="solver processes (default: one per CPU)")
     p.add_argument("--server", help="HOST:PORT (or a comma-separated list): solve via PlanBatch")

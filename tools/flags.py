@@ -35,7 +35,10 @@ def add_request_flags(p: argparse.ArgumentParser, evaluate: bool) -> None:
         p.add_argument("--top-k", type=int, help="distinct alternatives to return")
         p.add_argument("--time-limit", type=float, help="solver time limit (s)")
         p.add_argument("--allow-fewer-gpus", action="store_true")
-        p.add_argument("--framework", choices=["ANY", "KEMPNERFORGE"])
+        p.add_argument(
+            "--framework",
+            choices=["GENERIC", "KEMPNERFORGE", "MEGATRON", "TORCHTITAN", "DEEPSPEED"],
+        )
         p.add_argument(
             "--emit",
             choices=["megatron", "torchtitan", "deepspeed", "kempnerforge"],
@@ -82,8 +85,8 @@ def request_from_flags(a: argparse.Namespace, evaluate: bool) -> dict:
     search.update(pins)
     if a.allow_fewer_gpus:
         search["allow_fewer_gpus"] = True
-    if a.framework:
-        search["framework"] = a.framework
+    if getattr(a, "framework", None):
+        training["framework"] = a.framework
     opts = req.setdefault("options", {})
     if a.top_k is not None:
         opts["top_k"] = a.top_k

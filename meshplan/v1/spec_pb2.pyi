@@ -22,8 +22,11 @@ class Recompute(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 class Framework(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FRAMEWORK_UNSPECIFIED: _ClassVar[Framework]
-    FRAMEWORK_ANY: _ClassVar[Framework]
+    FRAMEWORK_GENERIC: _ClassVar[Framework]
     FRAMEWORK_KEMPNERFORGE: _ClassVar[Framework]
+    FRAMEWORK_MEGATRON: _ClassVar[Framework]
+    FRAMEWORK_TORCHTITAN: _ClassVar[Framework]
+    FRAMEWORK_DEEPSPEED: _ClassVar[Framework]
 PRECISION_UNSPECIFIED: Precision
 PRECISION_BF16: Precision
 PRECISION_FP8: Precision
@@ -32,8 +35,11 @@ RECOMPUTE_NONE: Recompute
 RECOMPUTE_SELECTIVE: Recompute
 RECOMPUTE_FULL: Recompute
 FRAMEWORK_UNSPECIFIED: Framework
-FRAMEWORK_ANY: Framework
+FRAMEWORK_GENERIC: Framework
 FRAMEWORK_KEMPNERFORGE: Framework
+FRAMEWORK_MEGATRON: Framework
+FRAMEWORK_TORCHTITAN: Framework
+FRAMEWORK_DEEPSPEED: Framework
 
 class MoESpec(_message.Message):
     __slots__ = ("num_experts", "top_k", "expert_ffn_hidden_size", "num_shared_experts", "num_dense_layers")
@@ -92,16 +98,18 @@ class ClusterSpec(_message.Message):
     def __init__(self, gpu: _Optional[str] = ..., num_gpus: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., hbm_gib: _Optional[float] = ..., peak_bf16_tflops: _Optional[float] = ..., intra_node_gbps: _Optional[float] = ..., inter_node_gbps: _Optional[float] = ...) -> None: ...
 
 class TrainingSpec(_message.Message):
-    __slots__ = ("seq_len", "global_batch_tokens", "critical_batch_tokens", "precision")
+    __slots__ = ("seq_len", "global_batch_tokens", "critical_batch_tokens", "precision", "framework")
     SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CRITICAL_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
+    FRAMEWORK_FIELD_NUMBER: _ClassVar[int]
     seq_len: int
     global_batch_tokens: int
     critical_batch_tokens: int
     precision: Precision
-    def __init__(self, seq_len: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ..., critical_batch_tokens: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ...) -> None: ...
+    framework: Framework
+    def __init__(self, seq_len: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ..., critical_batch_tokens: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., framework: _Optional[_Union[Framework, str]] = ...) -> None: ...
 
 class ParallelConfig(_message.Message):
     __slots__ = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches", "zero_stage", "recompute", "sequence_parallel")
@@ -130,7 +138,7 @@ class ParallelConfig(_message.Message):
     def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., ep: _Optional[int] = ..., virtual_stages: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., zero_stage: _Optional[int] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ...) -> None: ...
 
 class SearchSpec(_message.Message):
-    __slots__ = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches", "zero_stage", "recompute", "sequence_parallel", "allow_fewer_gpus", "framework", "memory_reserve_gib", "memory_fragmentation", "max_micro_batch_size", "max_virtual_stages")
+    __slots__ = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches", "zero_stage", "recompute", "sequence_parallel", "allow_fewer_gpus", "memory_reserve_gib", "memory_fragmentation", "max_micro_batch_size", "max_virtual_stages")
     TP_FIELD_NUMBER: _ClassVar[int]
     PP_FIELD_NUMBER: _ClassVar[int]
     DP_FIELD_NUMBER: _ClassVar[int]
@@ -143,7 +151,6 @@ class SearchSpec(_message.Message):
     RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_PARALLEL_FIELD_NUMBER: _ClassVar[int]
     ALLOW_FEWER_GPUS_FIELD_NUMBER: _ClassVar[int]
-    FRAMEWORK_FIELD_NUMBER: _ClassVar[int]
     MEMORY_RESERVE_GIB_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FRAGMENTATION_FIELD_NUMBER: _ClassVar[int]
     MAX_MICRO_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -160,12 +167,11 @@ class SearchSpec(_message.Message):
     recompute: Recompute
     sequence_parallel: bool
     allow_fewer_gpus: bool
-    framework: Framework
     memory_reserve_gib: float
     memory_fragmentation: float
     max_micro_batch_size: int
     max_virtual_stages: int
-    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., ep: _Optional[int] = ..., virtual_stages: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., zero_stage: _Optional[int] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., allow_fewer_gpus: _Optional[bool] = ..., framework: _Optional[_Union[Framework, str]] = ..., memory_reserve_gib: _Optional[float] = ..., memory_fragmentation: _Optional[float] = ..., max_micro_batch_size: _Optional[int] = ..., max_virtual_stages: _Optional[int] = ...) -> None: ...
+    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., ep: _Optional[int] = ..., virtual_stages: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., zero_stage: _Optional[int] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., allow_fewer_gpus: _Optional[bool] = ..., memory_reserve_gib: _Optional[float] = ..., memory_fragmentation: _Optional[float] = ..., max_micro_batch_size: _Optional[int] = ..., max_virtual_stages: _Optional[int] = ...) -> None: ...
 
 class Options(_message.Message):
     __slots__ = ("top_k", "time_limit_s", "num_workers", "relative_gap", "explain")

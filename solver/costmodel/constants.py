@@ -1,8 +1,8 @@
 """Efficiency constants of the cost model.
 
-Defaults are engineering priors; `scripts/fit_constants.py` fits them to ../shared/calibration
-and seed 001 (tools/calibration.py) and writes `fitted.json` beside this file, which wins:
-its values replace the priors field by field (`eta` entries are merged).
+Defaults are engineering priors; `scripts/fit_constants.py` fits them to the published runs in
+tools/data/calibration (tools/calibration.py) and writes `fitted.json` beside this file, which
+wins: its values replace the priors field by field (`eta` entries are merged).
 """
 
 from __future__ import annotations

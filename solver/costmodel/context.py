@@ -63,7 +63,7 @@ KEMPNERFORGE = Recipe(
 
 
 def recipe_for(framework: Framework, precision: Precision) -> Recipe:
-    """The memory recipe of a framework profile (ANY: seed 002's recipes by precision)."""
+    """The memory recipe of a framework profile (GENERIC: seed 002's recipes by precision)."""
     if framework is Framework.KEMPNERFORGE:
         # Float8 in KempnerForge converts the matmuls only; the state stays as in BF16.
         return KEMPNERFORGE

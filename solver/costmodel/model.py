@@ -61,7 +61,7 @@ class CostModel:
             constants or load_constants(),
             reserve_default(search.memory_reserve_gib),
             search.memory_fragmentation,
-            recipe or recipe_for(search.framework, training.precision),
+            recipe or recipe_for(training.framework, training.precision),
         )
         self.rates = Rates(self.ctx)
         ideal = arch.model_flops_per_token(training.seq_len) / (hw.num_gpus * hw.peak_bf16)
