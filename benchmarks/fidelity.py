@@ -22,6 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks.common import arg_parser, header, table, write_json
 from meshplan.solver import evaluate
 from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel import CostModel, Point
@@ -41,8 +43,6 @@ from meshplan.tools.calibration import (
     load_seed001,
     summarize_by_source,
 )
-
-from benchmarks.common import arg_parser, header, table, write_json
 
 MFU_MEDIAN_TARGET = 0.08
 MFU_P90_TARGET = 0.20

@@ -7,6 +7,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from meshplan.client.channel import DEFAULT_TIMEOUT_S, channel_options, make_target
 from meshplan.client.exceptions import REQUEST_ID_KEY, error_from_rpc
 from meshplan.client.sync import (
@@ -22,7 +23,6 @@ from meshplan.client.sync import (
 from meshplan.server.convert import from_proto
 from meshplan.solver.results import Evaluation, PlanResult
 from meshplan.solver.schema import EvaluateRequest, PlanRequest
-
 from meshplan.v1 import planner_pb2, planner_pb2_grpc
 
 

@@ -12,6 +12,8 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from pydantic import BaseModel
+
 from meshplan.client.channel import DEFAULT_TIMEOUT_S, channel_options, make_target
 from meshplan.client.exceptions import (
     REQUEST_ID_KEY,
@@ -25,8 +27,6 @@ from meshplan.server.convert import from_proto, to_proto
 from meshplan.solver.catalog import GpuSpec, ModelPreset
 from meshplan.solver.results import Evaluation, PlanResult
 from meshplan.solver.schema import EvaluateRequest, PlanRequest
-from pydantic import BaseModel
-
 from meshplan.v1 import planner_pb2, planner_pb2_grpc
 
 M = TypeVar("M", bound=Message)

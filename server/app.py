@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+
 from meshplan.server.servicer import EvaluateFn, PlanFn, PlannerServicer
 from meshplan.server.settings import Settings
-
 from meshplan.v1 import planner_pb2, planner_pb2_grpc
 
 log = logging.getLogger("meshplan.server")

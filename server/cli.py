@@ -6,8 +6,9 @@ import argparse
 import logging
 import sys
 
-from meshplan.server.settings import Settings
 from pydantic import ValidationError
+
+from meshplan.server.settings import Settings
 
 # flag -> Settings field; every flag defaults to None so the environment applies when absent
 _FLAGS: dict[str, type] = {

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import grpc
+
 from meshplan.server.validate import Violation
 
 log = logging.getLogger("meshplan.server")

@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, NoReturn
 
 import grpc
+from pydantic import ValidationError
+
 from meshplan.server.convert import FieldValueError, from_proto, to_proto
 from meshplan.server.limits import REQUEST_ID_KEY, CallState, RpcFailure, SolveSlots, track_call
 from meshplan.server.settings import Settings
@@ -21,8 +23,6 @@ from meshplan.server.validate import (
 )
 from meshplan.solver.results import Evaluation, PlanResult, PlanStatus
 from meshplan.solver.schema import EvaluateRequest, PlanRequest
-from pydantic import ValidationError
-
 from meshplan.v1 import planner_pb2, planner_pb2_grpc
 
 log = logging.getLogger("meshplan.server")

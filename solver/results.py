@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from enum import Enum
 
-from meshplan.solver.schema import ParallelConfig
 from pydantic import BaseModel, ConfigDict, Field
+
+from meshplan.solver.schema import ParallelConfig
 
 
 class _Strict(BaseModel):

@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
-from meshplan.solver.catalog import get_model
 
 from benchmarks import latency, scaling, suite, throughput
 from benchmarks.__main__ import load
 from benchmarks.__main__ import main as dispatch
 from benchmarks.common import Summary, percentile, table
+from meshplan.solver.catalog import get_model
 
 
 def _run(module: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict:

@@ -4,11 +4,12 @@ its row's bound, and no fitting point sits in a cell or row the bounds call impo
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
+from test_oracle_property import instances
+
 from meshplan.solver.cpsat.tables import Tables
 from meshplan.solver.planner import _resolve
 from meshplan.solver.schema import PlanRequest
 from meshplan.solver.space import Space
-from test_oracle_property import instances
 
 
 @settings(

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from benchmarks import fidelity
 from meshplan.solver import evaluate
 from meshplan.solver.costmodel.constants import Constants, constants_from, load_constants
 from meshplan.tools.calibration import (
@@ -20,8 +22,6 @@ from meshplan.tools.calibration import (
     load_seed001,
     summarize_by_source,
 )
-
-from benchmarks import fidelity
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_published = pytest.mark.skipif(

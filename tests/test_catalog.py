@@ -6,6 +6,8 @@ import json
 from importlib.resources import files
 
 import pytest
+from pydantic import ValidationError
+
 from meshplan.solver.catalog import (
     GpuSpec,
     ModelPreset,
@@ -15,7 +17,6 @@ from meshplan.solver.catalog import (
     model_names,
 )
 from meshplan.solver.schema import MoESpec
-from pydantic import ValidationError
 
 REQUIRED_GPUS = {
     "a100-sxm-40gb",

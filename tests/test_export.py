@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from meshplan.solver.schema import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
 from meshplan.tools.export import KINDS, emit
 from meshplan.tools.hf_config import load_hf_config

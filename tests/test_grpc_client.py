@@ -18,6 +18,8 @@ import grpc
 import pytest
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
+from test_grpc_support import LOOPBACK, no_plan, running_server, small_request
+
 from meshplan.client import (
     AsyncPlannerClient,
     DeadlineExceededError,
@@ -32,7 +34,6 @@ from meshplan.client.exceptions import error_from_parts
 from meshplan.solver.results import PlanResult
 from meshplan.solver.schema import PlanRequest
 from meshplan.tools.batch import Progress, add_batch_arguments, run_batch
-from test_grpc_support import LOOPBACK, no_plan, running_server, small_request
 
 
 def fake_plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanResult:

@@ -13,6 +13,8 @@ import time
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from test_grpc_support import LOOPBACK, BlockingPlan, no_plan, running_server, small_request
+
 from meshplan.client import (
     DeadlineExceededError,
     InvalidRequestError,
@@ -22,8 +24,6 @@ from meshplan.client import (
 from meshplan.client.sync import plan_message
 from meshplan.solver.results import PlanResult
 from meshplan.solver.schema import PlanRequest
-from test_grpc_support import LOOPBACK, BlockingPlan, no_plan, running_server, small_request
-
 from meshplan.v1 import planner_pb2, planner_pb2_grpc
 
 

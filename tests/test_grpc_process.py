@@ -18,10 +18,11 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from test_grpc_support import LOOPBACK, medium_request, small_request
+
 from meshplan.client import PlannerClient, UnavailableError
 from meshplan.solver.results import PlanResult, PlanStatus
 from meshplan.solver.schema import PlanRequest
-from test_grpc_support import LOOPBACK, medium_request, small_request
 
 ROOT = Path(__file__).resolve().parent.parent
 INFEASIBLE = PlanRequest.model_validate(

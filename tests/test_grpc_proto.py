@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from google.protobuf.descriptor import Descriptor
+from pydantic import BaseModel
+
 from meshplan.server.convert import (
     dict_to_message,
     enum_from_proto,
@@ -45,8 +47,6 @@ from meshplan.solver.schema import (
     Precision,
     Recompute,
 )
-from pydantic import BaseModel
-
 from meshplan.v1 import catalog_pb2, planner_pb2, result_pb2, spec_pb2
 
 ROOT = Path(__file__).resolve().parent.parent

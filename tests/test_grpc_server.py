@@ -10,14 +10,14 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
+from test_grpc_support import LOOPBACK, big_request, raw_stub, running_server, small_request
+
+from meshplan import solver
 from meshplan.client import InvalidRequestError, PlannerClient
 from meshplan.client.exceptions import DeadlineExceededError, error_from_rpc
 from meshplan.client.sync import plan_message
 from meshplan.solver.results import PlanResult, PlanStatus
 from meshplan.solver.schema import EvaluateRequest, ParallelConfig, PlanRequest
-from test_grpc_support import LOOPBACK, big_request, raw_stub, running_server, small_request
-
-from meshplan import solver
 from meshplan.v1 import planner_pb2
 
 

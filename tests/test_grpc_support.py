@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health
+
 from meshplan.server.app import create_server
 from meshplan.server.settings import Settings
 from meshplan.solver.results import Explanation, NumParameters, PlanResult, PlanStatus, SolverInfo
 from meshplan.solver.schema import ClusterSpec, ModelSpec, Options, PlanRequest
-
 from meshplan.v1 import planner_pb2_grpc
 
 LOOPBACK = "127.0.0.1"

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from meshplan.tools.hf_config import (
     SUPPORTED_MODEL_TYPES,
     HFConfigError,

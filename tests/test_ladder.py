@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from meshplan.solver.schema import ParallelConfig
 from meshplan.tools.cli import main
 from meshplan.tools.ladder import axes_of, pair, parse_rungs

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from meshplan.solver import EvaluateRequest, PlanRequest, evaluate, plan
 from meshplan.solver.oracle import oracle
 from meshplan.solver.results import PlanStatus

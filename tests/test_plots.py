@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from meshplan.tools.cli import main
 from meshplan.tools.plots import scaling_plot
 from meshplan.tools.scaling import scaling_series

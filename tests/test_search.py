@@ -6,16 +6,17 @@ from __future__ import annotations
 import threading
 import time
 
-import meshplan.solver.cpsat.search as search_mod
-import meshplan.solver.planner as planner_mod
 import pytest
 from hypothesis import HealthCheck, given, settings
+from test_grpc_support import big_request, small_request
+from test_oracle_property import instances
+
+import meshplan.solver.cpsat.search as search_mod
+import meshplan.solver.planner as planner_mod
 from meshplan.solver import plan
 from meshplan.solver.oracle import oracle
 from meshplan.solver.results import PlanStatus
 from meshplan.solver.schema import PlanRequest
-from test_grpc_support import big_request, small_request
-from test_oracle_property import instances
 
 
 def test_stopped_between_rounds_answers_the_earlier_optimum(

@@ -6,6 +6,7 @@ import math
 
 import pytest
 from conftest import eval_req, plan_req
+
 from meshplan.solver import evaluate, plan
 from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel.context import STATE_BYTES, recipe_for

@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from test_grpc_support import LOOPBACK, running_server
+
 from meshplan.tools.cli import main
 from meshplan.tools.grid import ModelItem, expand_models, parse_gpus
 from meshplan.tools.sweep import Job, Outcome, build_jobs, job_key
 from meshplan.tools.sweep_io import SweepFiles, run_sweep
-from test_grpc_support import LOOPBACK, running_server
 
 # Small, fast cells: a fixed global batch keeps each solve well under two seconds.
 KNOBS = ["--seq-len", "2048", "--global-batch-tokens", "131072", "--time-limit", "30"]

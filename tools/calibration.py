@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
 from meshplan.solver.arch import Arch, resolve_model
 from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.costmodel.constants import Constants
@@ -43,7 +45,6 @@ from meshplan.solver.schema import (
     SearchSpec,
     TrainingSpec,
 )
-from pydantic import BaseModel, ConfigDict, Field
 
 DEFAULT_PUBLISHED = Path(__file__).resolve().parent / "data" / "calibration" / "published_runs.json"
 SOURCES = ("narayanan2021", "korthikanti2022", "torchtitan", "mosaicml", "seed001")

@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
+
 from meshplan.tools.flags import add_request_flags, one_line, request_from_flags
 from meshplan.tools.render import render_evaluation, render_plan
-from pydantic import ValidationError
 
 if TYPE_CHECKING:
     from meshplan.solver.results import Evaluation, PlanResult

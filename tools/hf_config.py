@@ -25,8 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from meshplan.solver.schema import ModelSpec, MoESpec
 from pydantic import ValidationError
+
+from meshplan.solver.schema import ModelSpec, MoESpec
 
 log = logging.getLogger(__name__)
 

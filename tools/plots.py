@@ -14,6 +14,7 @@ from meshplan.tools.scaling import Series
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
     from meshplan.tools.ladder import Rung
 
 GIB = 1 << 30

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from typing import Any
 
+from pydantic import ValidationError
+
 from meshplan.solver.results import PlanResult
 from meshplan.solver.schema import PlanRequest
 from meshplan.tools.grid import ModelItem
-from pydantic import ValidationError
 
 
 @dataclass(frozen=True)

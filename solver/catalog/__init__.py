@@ -12,8 +12,9 @@ from functools import cache
 from importlib.resources import files
 from typing import Any, Literal
 
-from meshplan.solver.schema import MoESpec
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from meshplan.solver.schema import MoESpec
 
 __all__ = [
     "GpuFamily",

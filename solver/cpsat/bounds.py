@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+
 from meshplan.solver.costmodel import Layout
 from meshplan.solver.costmodel.model import STAGES
 from meshplan.solver.costmodel.terms import Compiled, Factor, Group

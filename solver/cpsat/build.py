@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ortools.sat.python import cp_model
+
 from meshplan.solver.costmodel import Point
 from meshplan.solver.costmodel.model import STAGES
 from meshplan.solver.cpsat.chains import compiled_vars, group_var
 from meshplan.solver.cpsat.tables import Tables
 from meshplan.solver.cpsat.variables import Axes
 from meshplan.solver.space import Space
-from ortools.sat.python import cp_model
 
 
 @dataclass

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from ortools.sat.python import cp_model
+
 from meshplan.solver.costmodel.terms import FACTOR_AXES, Compiled, Group
 from meshplan.solver.cpsat.variables import Axes
-from ortools.sat.python import cp_model
 
 HORIZON = 1 << 61
 

@@ -7,9 +7,10 @@ import threading
 import time
 from dataclasses import dataclass
 
+from ortools.sat.python import cp_model
+
 from meshplan.solver.costmodel import Point
 from meshplan.solver.cpsat.build import Built
-from ortools.sat.python import cp_model
 
 log = logging.getLogger(__name__)
 

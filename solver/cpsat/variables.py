@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ortools.sat.python import cp_model
+
 from meshplan.solver.costmodel import Point
 from meshplan.solver.cpsat.tables import Tables
 from meshplan.solver.space import Space
-from ortools.sat.python import cp_model
 
 
 class Axes:
