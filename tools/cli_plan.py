@@ -1,0 +1,112 @@
+"""`meshplan plan` and `meshplan evaluate`: one request, one answer.
+
+stdout carries exactly one artefact: the table, the JSON (--json) or the launcher config
+(--emit; the table then goes to stderr). Everything else (the "wrote FILE" of --plot, notes,
+errors) goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from meshplan.tools.cli import EXIT_INFEASIBLE, EXIT_OK
+from meshplan.tools.flags import add_request_flags, model_label, request_from_flags
+from meshplan.tools.glossary import PLAN_EPILOG
+from meshplan.tools.interrupt import interruptible
+
+if TYPE_CHECKING:
+    from meshplan.solver.results import Evaluation, PlanResult
+    from meshplan.solver.schema import EvaluateRequest, PlanRequest
+
+
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of `meshplan plan`, and the binding walls and warnings in its --help."""
+    add_request_flags(p, evaluate=False)
+    p.epilog = PLAN_EPILOG + "\n" + (p.epilog or "")
+
+
+def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of `meshplan evaluate`."""
+    add_request_flags(p, evaluate=True)
+
+
+def emit_kind(flag: str | None, req: PlanRequest) -> str | None:
+    """The launcher of --emit: as given, or with no value the request's framework."""
+    if flag != "auto":
+        return flag
+    framework = req.training.framework.value
+    if framework == "GENERIC":
+        raise ValueError(
+            "--emit: the framework is GENERIC, which has no launcher: name one (--emit "
+            "megatron|torchtitan|deepspeed|kempnerforge) or give --framework"
+        )
+    return framework.lower()
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    from meshplan.solver.schema import PlanRequest
+    from meshplan.tools.render import render_plan
+
+    if a.json and a.emit:
+        raise ValueError("--emit: not with --json: stdout carries one document, pick one")
+    req = PlanRequest.model_validate(request_from_flags(a, evaluate=False))
+    kind = emit_kind(a.emit, req)
+    if a.server:
+        from meshplan.tools.batch import remote_plan
+
+        res = interruptible(lambda stop: remote_plan(a.server, req))
+    else:
+        from meshplan.solver.planner import plan
+
+        res = interruptible(lambda stop: plan(req, stop))
+    label = model_label(a.model, req.model.preset)
+    if kind:
+        print(render_plan(req, res, label), file=sys.stderr)  # the plan, for the person
+        if res.config is not None:
+            from meshplan.tools.export import emit
+
+            batch = res.performance.global_batch_tokens
+            text = emit(kind, res.config, req.model, req.training, batch)
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    elif a.json:
+        print(res.model_dump_json(indent=2))
+    else:
+        print(render_plan(req, res, label))
+    if a.plot:
+        _plot_memory(a.plot, label, req, res)
+    return EXIT_OK if res.config is not None else EXIT_INFEASIBLE
+
+
+def cmd_evaluate(a: argparse.Namespace) -> int:
+    from meshplan.solver.schema import EvaluateRequest
+    from meshplan.tools.render import render_evaluation
+
+    req = EvaluateRequest.model_validate(request_from_flags(a, evaluate=True))
+    if a.server:
+        from meshplan.tools.batch import remote_evaluate
+
+        res = interruptible(lambda stop: remote_evaluate(a.server, req))
+    else:
+        from meshplan.solver.planner import evaluate
+
+        res = evaluate(req)
+    for note in res.notes:
+        print(f"meshplan evaluate: {note}", file=sys.stderr)
+    label = model_label(a.model, req.model.preset)
+    print(res.model_dump_json(indent=2) if a.json else render_evaluation(req, res, label))
+    if a.plot:
+        _plot_memory(a.plot, label, req, res)
+    return EXIT_OK if res.fits else EXIT_INFEASIBLE
+
+
+def _plot_memory(
+    path: str, label: str, req: PlanRequest | EvaluateRequest, res: PlanResult | Evaluation
+) -> None:
+    from meshplan.solver.hardware import resolve_cluster
+    from meshplan.tools.plots import describe, plan_memory_plot
+
+    hbm = resolve_cluster(req.cluster).hbm
+    out = plan_memory_plot(path, label, req.cluster.gpu, req.cluster.num_gpus, hbm, res)
+    print(f"meshplan: {describe(out, 'memory bill')}", file=sys.stderr)
