@@ -1,33 +1,32 @@
 """meshplan's solver: plan(PlanRequest) -> PlanResult, evaluate(EvaluateRequest) -> Evaluation.
 
-`plan` and `evaluate` load on first use (they bring in OR-Tools and numpy), so importing the
-schema or the catalog stays light.
+The names below load on first use (`plan` and `evaluate` bring in OR-Tools and numpy, the
+models pydantic), so importing one light module of the core, or locating its data, stays cheap.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
-
-from meshplan.solver.results import Evaluation, PlanResult
-from meshplan.solver.schema import EvaluateRequest, ParallelConfig, PlanRequest
 
 if TYPE_CHECKING:
     from meshplan.solver.planner import evaluate, plan
+    from meshplan.solver.results import Evaluation, PlanResult
+    from meshplan.solver.schema import EvaluateRequest, ParallelConfig, PlanRequest
 
-__all__ = [
-    "EvaluateRequest",
-    "Evaluation",
-    "ParallelConfig",
-    "PlanRequest",
-    "PlanResult",
-    "evaluate",
-    "plan",
-]
+_WHERE = {
+    "EvaluateRequest": "meshplan.solver.schema",
+    "ParallelConfig": "meshplan.solver.schema",
+    "PlanRequest": "meshplan.solver.schema",
+    "Evaluation": "meshplan.solver.results",
+    "PlanResult": "meshplan.solver.results",
+    "evaluate": "meshplan.solver.planner",
+    "plan": "meshplan.solver.planner",
+}
+__all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("plan", "evaluate"):
-        from meshplan.solver import planner
-
-        return getattr(planner, name)
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
