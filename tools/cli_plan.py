@@ -92,8 +92,6 @@ def cmd_evaluate(a: argparse.Namespace) -> int:
         from meshplan.solver.planner import evaluate
 
         res = evaluate(req)
-    for note in res.notes:
-        print(f"meshplan evaluate: {note}", file=sys.stderr)
     label = model_label(a.model, req.model.preset)
     print(res.model_dump_json(indent=2) if a.json else render_evaluation(req, res, label))
     if a.plot:

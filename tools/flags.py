@@ -183,14 +183,14 @@ def add_training_flags(p: argparse.ArgumentParser, lists: str | None = None) -> 
     )
     p.add_argument(
         "--global-batch-tokens",
-        type=tokens,
+        type=int,
         metavar="TOKENS",
         help="tokens per optimizer step, a multiple of the sequence length (default 0: the "
         "planner chooses, up to the critical batch)",
     )
     p.add_argument(
         "--critical-batch-tokens",
-        type=tokens,
+        type=int,
         metavar="TOKENS",
         help="cap on the global batch (tokens; default: the optimal batch 0.2920*C^0.3271 of "
         "DeepSeek LLM's scaling law, Bi et al. 2024, for C = 6 x active parameters x "
@@ -388,7 +388,8 @@ def one_line(e: Exception) -> str:
         parts = []
         for err in e.errors(include_url=False):
             loc = ".".join(str(x) for x in err["loc"]) or "request"
-            parts.append(f"{loc}: {err['msg']} (got {_echo(err.get('input'))})")
+            msg = err["msg"].removeprefix("Value error, ")
+            parts.append(f"{loc}: {msg} (got {_echo(err.get('input'))})")
         return shorten("invalid request: " + "; ".join(parts))
     if isinstance(e, KeyError) and e.args:
         return shorten(f"invalid request: {e.args[0]}")

@@ -144,10 +144,16 @@ def solve_local(jobs: Sequence[Job], workers: int = 0) -> Iterator[Outcome]:
             yield _outcome(job, *interruptible(lambda stop, r=job.request: solve_request(r, stop)))
         return
     # spawn: a forked child would inherit the parent's threads (gRPC, OR-Tools) mid-flight.
-    # The workers ignore Ctrl-C: the parent hears it, stops them and says so once.
-    ctx = get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_ignore_sigint) as pool:
-        futures: dict[Future, Job] = {pool.submit(solve_request, j.request): j for j in todo}
+    # The workers ignore Ctrl-C (they start with SIGINT ignored, which Python keeps): the parent
+    # hears it, stops them and says so once.
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        main = threading.current_thread() is threading.main_thread()  # signals: main only
+        before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:  # submit() starts the worker processes
+            futures: dict[Future, Job] = {pool.submit(solve_request, j.request): j for j in todo}
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, before)
         try:
             for fut in as_completed(futures):
                 yield _outcome(futures[fut], *fut.result())
@@ -155,13 +161,10 @@ def solve_local(jobs: Sequence[Job], workers: int = 0) -> Iterator[Outcome]:
             for proc in list((getattr(pool, "_processes", None) or {}).values()):
                 proc.terminate()  # their cells are not written: a rerun resumes them
             raise
-        finally:
-            for fut in futures:
+        except BaseException:
+            for fut in futures:  # the consumer stopped early: drop what has not started
                 fut.cancel()
-
-
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+            raise
 
 
 def _outcome(job: Job, result: dict[str, Any] | None, error: str | None) -> Outcome:
