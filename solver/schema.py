@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 class Precision(str, Enum):
-    """Training precision recipe (seed 002: BF16 mixed = 16 B/param, FP8 recipe = 9 B/param)."""
+    """Training precision recipe (BF16 mixed = 16 B/param, FP8 recipe = 9 B/param)."""
 
     BF16 = "BF16"
     FP8 = "FP8"
@@ -276,13 +276,13 @@ class SearchSpec(_Strict):
     )
     memory_reserve_gib: float = Field(
         default=3.0,
-        description="Fixed per-GPU reserve for CUDA context and NCCL buffers (GiB; seed 002: ~2+1).",
+        description="Fixed per-GPU reserve for CUDA context and NCCL buffers (GiB; about 2 + 1).",
         ge=0,
         le=1024,
     )
     memory_fragmentation: float = Field(
         default=0.10,
-        description="Allocator fragmentation as a fraction of the allocated bytes (seed 002: 5-15%).",
+        description="Allocator fragmentation as a fraction of the allocated bytes (typically 5-15%).",
         ge=0,
         le=1,
     )

@@ -121,11 +121,11 @@ def violations(
         )
     if training.framework is Framework.KEMPNERFORGE:
         if A.is_moe and lay.pp > 1:
-            out.append("KempnerForge rejects MoE with pp > 1 (seed 001)")
+            out.append("KempnerForge rejects MoE with pp > 1 (its config validation)")
         if training.precision is Precision.FP8 and lay.tp > 1:
-            out.append("KempnerForge rejects FP8 with tp > 1 (seed 001)")
+            out.append("KempnerForge rejects FP8 with tp > 1 (its config validation)")
         if lay.cp > 1:
-            out.append("KempnerForge's context parallelism is a stub (seed 001)")
+            out.append("KempnerForge's context parallelism is a stub (not wired into its training loop)")
     if check_pins:
         out += _pin_violations(p, search)
     return out

@@ -197,10 +197,10 @@ def describe_error(e: Exception) -> tuple[int, str]:
     from meshplan.tools.flags import one_line, shorten
 
     code = getattr(getattr(e, "code", None), "name", None)  # a client error's gRPC status
-    said = getattr(e, "message", None) or str(e)
-    if code == "INVALID_ARGUMENT":
-        return EXIT_BAD_INPUT, shorten(f"the server refused the request: {said}")
     if code is not None:
+        said = getattr(e, "message", None) or str(e)
+        if code == "INVALID_ARGUMENT":
+            return EXIT_BAD_INPUT, shorten(f"the server refused the request: {said}")
         return EXIT_ERROR, shorten(f"the server call failed ({code}): {said}")
     if isinstance(e, TimeoutError):  # an OSError, but not a bad input
         return EXIT_ERROR, shorten(f"{e}; give the solver more time (--time-limit)")

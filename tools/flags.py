@@ -367,14 +367,11 @@ def request_from_flags(a: argparse.Namespace, evaluate: bool) -> dict[str, Any]:
     return req
 
 
-_LONG_TOKEN = re.compile(r"\S{81,}")
-
-
 def shorten(text: str, limit: int = 600) -> str:
     """Text to echo on one line: words over 80 characters and the whole beyond `limit` cut,
     saying how much was cut (a 100 MB name must not flood the terminal)."""
-    text = " ".join(str(text).split())
-    text = _LONG_TOKEN.sub(lambda m: f"{m.group()[:60]}...({len(m.group()):,} characters)", text)
+    words = str(text).split()
+    text = " ".join(w if len(w) <= 80 else f"{w[:60]}...({len(w):,} characters)" for w in words)
     if len(text) > limit:
         text = f"{text[:limit]}... ({len(text) - limit:,} more characters)"
     return text
