@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -24,10 +25,8 @@ def run() -> None:
 
         atexit._run_exitfuncs()  # the clean-ups (worker processes, semaphores) still run
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-            except (OSError, ValueError):
-                pass
         os._exit(status)
     sys.exit(status)
 

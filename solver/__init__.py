@@ -23,7 +23,15 @@ _WHERE = {
     "evaluate": "meshplan.solver.planner",
     "plan": "meshplan.solver.planner",
 }
-__all__ = sorted(_WHERE)
+__all__ = [
+    "EvaluateRequest",
+    "Evaluation",
+    "ParallelConfig",
+    "PlanRequest",
+    "PlanResult",
+    "evaluate",
+    "plan",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -125,7 +125,7 @@ def violations(
         if training.precision is Precision.FP8 and lay.tp > 1:
             out.append("KempnerForge rejects FP8 with tp > 1 (its config validation)")
         if lay.cp > 1:
-            out.append("KempnerForge's context parallelism is a stub (not wired into its training loop)")
+            out.append("KempnerForge's context parallelism is a stub (unused by its training loop)")
     if check_pins:
         out += _pin_violations(p, search)
     return out

@@ -35,7 +35,8 @@ def _knobs(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument(
         "--request",
         metavar="FILE",
-        help="a base PlanRequest as JSON; the grid and the flags override its fields",
+        help="a base PlanRequest as JSON; the grid and the flags override its fields "
+        "(default: none)",
     )
     add_cluster_flags(p, many)
     add_training_flags(p, lists=many)
@@ -84,10 +85,18 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
         help="GPU counts: 8,64,512, or 8..16384 for 8, 16, 32, ... 16384 (doubling)",
     )
     _knobs(p, lists=True)
-    p.add_argument("--out", metavar="PREFIX", help="write PREFIX.csv and PREFIX.jsonl")
-    p.add_argument("--csv", metavar="FILE", help="CSV path (instead of, or as well as, --out)")
     p.add_argument(
-        "--jsonl", metavar="FILE", help="JSON-lines path (instead of, or as well as, --out)"
+        "--out",
+        metavar="PREFIX",
+        help="write PREFIX.csv and PREFIX.jsonl (one of --out, --csv, --jsonl is required)",
+    )
+    p.add_argument(
+        "--csv", metavar="FILE", help="CSV path, instead of or as well as --out (default: none)"
+    )
+    p.add_argument(
+        "--jsonl",
+        metavar="FILE",
+        help="JSON-lines path, instead of or as well as --out (default: none)",
     )
     p.add_argument(
         "--retry-errors",
@@ -99,7 +108,7 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         type=plot_path,
         help="draw tokens/s and scaling efficiency against GPU count of every row; the suffix "
-        "picks the format: .png, .svg or .pdf",
+        "picks the format: .png, .svg or .pdf (default: no picture)",
     )
     p.add_argument(
         "--progress",
@@ -117,9 +126,13 @@ def add_ladder_arguments(p: argparse.ArgumentParser) -> None:
         help=f"the rungs (default, without --models: {SEED_RUNGS}: a dense model from one "
         "node to a big cluster)",
     )
-    p.add_argument("--models", metavar="MODELS", help=MODELS_HELP + "; paired with --gpus")
     p.add_argument(
-        "--gpus", metavar="COUNTS", help="GPU counts paired with --models (as many, or one)"
+        "--models", metavar="MODELS", help=MODELS_HELP + "; paired with --gpus (default: none)"
+    )
+    p.add_argument(
+        "--gpus",
+        metavar="COUNTS",
+        help="GPU counts paired with --models, as many, or one (default: none)",
     )
     _knobs(p, lists=False)
     p.add_argument("--json", action="store_true", help="print the rungs as JSON instead of a table")
@@ -128,7 +141,7 @@ def add_ladder_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         type=plot_path,
         help="draw one bar per rung, its parallel degrees stacked; the suffix picks the "
-        "format: .png, .svg or .pdf",
+        "format: .png, .svg or .pdf (default: no picture)",
     )
 
 

@@ -29,10 +29,10 @@ PIN_WORDS = {  # flag -> (what it is, unit)
     "num_microbatches": ("micro-batches per step per replica", "count"),
 }
 _EVALUATE_DEFAULTS = {  # the layout fields an evaluate request may leave out, and their default
-    "cp": "1",
-    "ep": "1",
-    "virtual_stages": "1",
-    "num_microbatches": "derived from the global batch",
+    "cp": "default 1",
+    "ep": "default 1",
+    "virtual_stages": "default 1",
+    "num_microbatches": "default: derived from the global batch",
 }
 _SUFFIX = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 
@@ -79,7 +79,7 @@ def add_request_flags(p: argparse.ArgumentParser, evaluate: bool) -> None:
         "--request",
         metavar="FILE",
         help=f"a whole request as JSON ({what}, the README's field names; '-' reads stdin); "
-        "flags given as well override its fields",
+        "flags given as well override its fields (default: none, the flags alone)",
     )
     p.add_argument(
         "--model",
@@ -115,7 +115,7 @@ def add_request_flags(p: argparse.ArgumentParser, evaluate: bool) -> None:
         metavar="FILE",
         type=plot_path,
         help="also draw the memory bill against HBM; the suffix picks the format: .png, .svg "
-        "or .pdf",
+        "or .pdf (default: no picture)",
     )
     if evaluate:
         return
@@ -145,7 +145,7 @@ def add_request_flags(p: argparse.ArgumentParser, evaluate: bool) -> None:
         metavar="KIND",
         help="print the plan as a launcher config on stdout, and the table on stderr: "
         f"{', '.join(EMIT_KINDS)}; without a value (or 'auto'), the launcher of --framework. "
-        "Not with --json: stdout carries one document",
+        "Not with --json: stdout carries one document (default: the table on stdout)",
     )
 
 
