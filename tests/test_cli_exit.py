@@ -125,6 +125,14 @@ def test_batch_and_remote_calls(tmp_path: Path, capsys: pytest.CaptureFixture[st
         rc, _, err = run(["plan", "--server", server, "--model", "nope", "--gpus", "8"], capsys)
         assert rc == 2 and "nope" in err  # the server's INVALID_ARGUMENT is bad input
         assert run(["evaluate", "--server", server, *SMALL, *FITS], capsys)[0] == 0
+        # the new fields cross the wire: train_tokens in, the batch rule and notes out
+        rc, out, _ = run(
+            ["plan", "--server", server, *SMALL, "--train-tokens", "1T", "--json"], capsys
+        )
+        batch = json.loads(out)["batch"]
+        assert rc == 0 and batch["source"] == "SCALING_LAW" and batch["train_tokens"] == 10**12
+        rc, out, _ = run(["evaluate", "--server", server, *SMALL, *FITS[:-6], "--json"], capsys)
+        assert json.loads(out)["notes"][0].startswith("num_microbatches = ")
     rc, _, err = run(["plan", "--server", f"{LOOPBACK}:1", *SMALL, "--time-limit", "1"], capsys)
     assert rc == 1 and "UNAVAILABLE" in err and err.count("\n") == 1
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from meshplan.solver.results import Evaluation, MemoryBill, PlanResult
 from meshplan.solver.schema import ParallelConfig
 from meshplan.tools.flags import plot_format
+from meshplan.tools.render import verdict
 from meshplan.tools.scaling import Series
 
 if TYPE_CHECKING:
@@ -116,9 +117,8 @@ def plan_memory_plot(
     """The memory bill of a plan and its alternatives (or of an evaluation) against HBM."""
     title = f"{model} on {num_gpus:,} x {gpu}: memory per GPU"
     if isinstance(res, Evaluation):
-        verdict = "fits" if res.fits else "does NOT fit"
         return memory_plot(
-            path, [(short_config(res.config), res.memory)], hbm, f"{title} ({verdict})"
+            path, [(short_config(res.config), res.memory)], hbm, f"{title} ({verdict(res)})"
         )
     if res.config is None or res.memory is None:
         e = res.explanation

@@ -85,15 +85,25 @@ def render_plan(req: PlanRequest, r: PlanResult, label: str | None = None) -> st
     return "\n".join(lines)
 
 
+def verdict(r: Evaluation) -> str:
+    """'fits', 'does NOT fit in memory', 'breaks the rules', or both: "does NOT fit" is said of
+    memory only; a broken rule (tp not dividing the heads, a batch that does not add up) is not
+    a question of fit."""
+    memory = any(v.startswith(MEMORY_VIOLATION) for v in r.violations)
+    rules = any(not v.startswith(MEMORY_VIOLATION) for v in r.violations)
+    if r.fits:
+        return "fits"
+    return " and ".join(
+        w for w, on in (("does NOT fit in memory", memory), ("breaks the rules", rules)) if on
+    )
+
+
 def render_evaluation(req: EvaluateRequest, r: Evaluation, label: str | None = None) -> str:
     """The evaluation as a table: the verdict, layout, memory bill, time, what it breaks."""
     memory = [v for v in r.violations if v.startswith(MEMORY_VIOLATION)]
     rules = [v for v in r.violations if not v.startswith(MEMORY_VIOLATION)]
-    verdict = "fits" if r.fits else "does NOT fit in memory" if memory else "breaks the rules"
-    if memory and rules:
-        verdict += " and breaks the rules"
     name = label or req.model.preset or "custom model"
-    head = f"{name} on {req.cluster.num_gpus:,} x {req.cluster.gpu}: {verdict}"
+    head = f"{name} on {req.cluster.num_gpus:,} x {req.cluster.gpu}: {verdict(r)}"
     lines = [head, _layout(r.config), _memory(r.memory)]
     if r.performance:
         lines.append(_time(r.performance))
