@@ -20,7 +20,8 @@ from meshplan.client.exceptions import FieldViolation, InvalidRequestError, Plan
 from meshplan.client.sync import BatchItem, PlannerClient
 from meshplan.solver.results import Evaluation, PlanResult
 from meshplan.solver.schema import EvaluateRequest, PlanRequest
-from meshplan.tools.flags import add_server_flag, one_line, shorten
+from meshplan.tools.flags import add_server_flag
+from meshplan.tools.messages import one_line, shorten
 
 _SLACK_S = 10.0  # deadline beyond the solve's own time limit: model build, transport
 CSV_COLUMNS = [

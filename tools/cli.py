@@ -101,7 +101,7 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        from meshplan.tools.flags import shorten
+        from meshplan.tools.messages import shorten
 
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: {shorten(message)} (see {self.prog} --help)\n")
 
@@ -194,7 +194,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def describe_error(e: Exception) -> tuple[int, str]:
     """The exit status and the one line for an error a command raised."""
-    from meshplan.tools.flags import one_line, shorten
+    from meshplan.tools.messages import one_line, shorten
 
     code = getattr(getattr(e, "code", None), "name", None)  # a client error's gRPC status
     if code is not None:

@@ -12,8 +12,9 @@ import sys
 from typing import TYPE_CHECKING
 
 from meshplan.tools.cli import EXIT_INFEASIBLE, EXIT_OK
-from meshplan.tools.flags import add_request_flags, model_label, request_from_flags
+from meshplan.tools.flags import add_request_flags
 from meshplan.tools.glossary import PLAN_EPILOG
+from meshplan.tools.inputs import model_label, request_from_flags
 from meshplan.tools.interrupt import interruptible
 
 if TYPE_CHECKING:

@@ -17,9 +17,9 @@ from meshplan.tools.flags import (
     add_server_flag,
     add_training_flags,
     plot_path,
-    request_from_flags,
 )
 from meshplan.tools.grid import expand_models, parse_gpus, parse_ints
+from meshplan.tools.inputs import request_from_flags
 from meshplan.tools.ladder import SEED_RUNGS
 
 MODELS_HELP = (

@@ -22,7 +22,7 @@ from typing import Any
 
 from meshplan.solver.arch import resolve_model
 from meshplan.solver.schema import ModelSpec, MoESpec
-from meshplan.tools.flags import model_label
+from meshplan.tools.inputs import model_label
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mbt])\s*$", re.IGNORECASE)
 _SCALE = {"m": 1e6, "b": 1e9, "t": 1e12}

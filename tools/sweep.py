@@ -24,9 +24,9 @@ from pydantic import ValidationError
 
 from meshplan.solver.results import PlanResult
 from meshplan.solver.schema import PlanRequest
-from meshplan.tools.flags import one_line, shorten
 from meshplan.tools.grid import ModelItem
 from meshplan.tools.interrupt import interruptible
+from meshplan.tools.messages import one_line, shorten
 
 
 @dataclass(frozen=True)
