@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from meshplan.tools.cli import EXIT_INFEASIBLE, EXIT_OK
@@ -46,41 +48,65 @@ def emit_kind(flag: str | None, req: PlanRequest) -> str | None:
     return framework.lower()
 
 
+@dataclass
+class Answer:
+    """What a command prints, made on the worker thread, printed by the main thread: Ctrl-C
+    lands in the main thread's wait, never inside an import or a solve (an extension module
+    interrupted while it initialises turns KeyboardInterrupt into ImportError, or loses it)."""
+
+    stdout: str = ""
+    stderr: list[str] = field(default_factory=list)
+    status: int = EXIT_OK
+
+    def show(self) -> int:
+        if self.stdout:
+            sys.stdout.write(self.stdout if self.stdout.endswith("\n") else self.stdout + "\n")
+        for line in self.stderr:
+            print(line, file=sys.stderr)
+        return self.status
+
+
 def cmd_plan(a: argparse.Namespace) -> int:
+    if a.json and a.emit:
+        raise ValueError("--emit: not with --json: stdout carries one document, pick one")
+    return interruptible(lambda stop: _plan(a, stop)).show()
+
+
+def _plan(a: argparse.Namespace, stop: threading.Event) -> Answer:
     from meshplan.solver.schema import PlanRequest
     from meshplan.tools.render import render_plan
 
-    if a.json and a.emit:
-        raise ValueError("--emit: not with --json: stdout carries one document, pick one")
     req = PlanRequest.model_validate(request_from_flags(a, evaluate=False))
     kind = emit_kind(a.emit, req)
     if a.server:
         from meshplan.tools.batch import remote_plan
 
-        res = interruptible(lambda stop: remote_plan(a.server, req))
+        res = remote_plan(a.server, req)
     else:
         from meshplan.solver.planner import plan
 
-        res = interruptible(lambda stop: plan(req, stop))
+        res = plan(req, stop)
     label = model_label(a.model, req.model.preset)
+    out = Answer(status=EXIT_OK if res.config is not None else EXIT_INFEASIBLE)
     if kind:
-        print(render_plan(req, res, label), file=sys.stderr)  # the plan, for the person
+        out.stderr.append(render_plan(req, res, label))  # the plan, for the person
         if res.config is not None:
             from meshplan.tools.export import emit
 
             batch = res.performance.global_batch_tokens
-            text = emit(kind, res.config, req.model, req.training, batch)
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    elif a.json:
-        print(res.model_dump_json(indent=2))
+            out.stdout = emit(kind, res.config, req.model, req.training, batch)
     else:
-        print(render_plan(req, res, label))
+        out.stdout = res.model_dump_json(indent=2) if a.json else render_plan(req, res, label)
     if a.plot:
-        _plot_memory(a.plot, label, req, res)
-    return EXIT_OK if res.config is not None else EXIT_INFEASIBLE
+        out.stderr.append(_plot_memory(a.plot, label, req, res))
+    return out
 
 
 def cmd_evaluate(a: argparse.Namespace) -> int:
+    return interruptible(lambda stop: _evaluate(a)).show()
+
+
+def _evaluate(a: argparse.Namespace) -> Answer:
     from meshplan.solver.schema import EvaluateRequest
     from meshplan.tools.render import render_evaluation
 
@@ -88,24 +114,26 @@ def cmd_evaluate(a: argparse.Namespace) -> int:
     if a.server:
         from meshplan.tools.batch import remote_evaluate
 
-        res = interruptible(lambda stop: remote_evaluate(a.server, req))
+        res = remote_evaluate(a.server, req)
     else:
         from meshplan.solver.planner import evaluate
 
         res = evaluate(req)
     label = model_label(a.model, req.model.preset)
-    print(res.model_dump_json(indent=2) if a.json else render_evaluation(req, res, label))
+    text = res.model_dump_json(indent=2) if a.json else render_evaluation(req, res, label)
+    out = Answer(stdout=text, status=EXIT_OK if res.fits else EXIT_INFEASIBLE)
     if a.plot:
-        _plot_memory(a.plot, label, req, res)
-    return EXIT_OK if res.fits else EXIT_INFEASIBLE
+        out.stderr.append(_plot_memory(a.plot, label, req, res))
+    return out
 
 
 def _plot_memory(
     path: str, label: str, req: PlanRequest | EvaluateRequest, res: PlanResult | Evaluation
-) -> None:
+) -> str:
+    """Draw the memory bill; the line that says so."""
     from meshplan.solver.hardware import resolve_cluster
     from meshplan.tools.plots import describe, plan_memory_plot
 
     hbm = resolve_cluster(req.cluster).hbm
     out = plan_memory_plot(path, label, req.cluster.gpu, req.cluster.num_gpus, hbm, res)
-    print(f"meshplan: {describe(out, 'memory bill')}", file=sys.stderr)
+    return f"meshplan: {describe(out, 'memory bill')}"
