@@ -5,9 +5,17 @@ service), `meshplan.client` (its Python client), `meshplan.tools` (the command l
 workflows around the planner) and `meshplan.v1` (code generated from proto/).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-try:
-    __version__ = version("meshplan")
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> str:
+    # The version is read from the installed metadata only when asked (importlib.metadata
+    # costs tens of milliseconds at every start of the command line otherwise).
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("meshplan")
+        except PackageNotFoundError:  # a source tree that was never installed
+            return "0+unknown"
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

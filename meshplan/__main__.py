@@ -1,5 +1,35 @@
-"""`python -m meshplan`: the same as the `meshplan` command."""
+"""`python -m meshplan` and the `meshplan` command: run the command line, exit with its status."""
 
-from meshplan.tools.cli import main
+from __future__ import annotations
 
-raise SystemExit(main())
+import contextlib
+import os
+import sys
+
+INTERRUPTED = 130  # tools/cli.py EXIT_INTERRUPTED (128 + SIGINT)
+
+
+def run() -> None:
+    """The console script. Ctrl-C at any moment ends with one line and status 130: during the
+    first imports too, and without the interpreter's finalisation, which an extension's import
+    cut short by Ctrl-C can turn into death by SIGINT."""
+    try:
+        from meshplan.tools.cli import main
+
+        status = main()
+    except KeyboardInterrupt:
+        print("meshplan: interrupted", file=sys.stderr)
+        status = INTERRUPTED
+    if status == INTERRUPTED:
+        import atexit
+
+        atexit._run_exitfuncs()  # the clean-ups (worker processes, semaphores) still run
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    run()

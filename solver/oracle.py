@@ -27,7 +27,7 @@ def oracle(req: PlanRequest) -> OracleResult:
     A, H = resolve_model(req.model), resolve_cluster(req.cluster)
     q, tr = req.search, req.training
     cm = CostModel(A, H, tr, q)
-    batch = batch_of(tr)
+    batch = batch_of(tr, A.active_params)
     counts = fewer_gpu_counts(H.num_gpus, H.gpn) if q.allow_fewer_gpus else [H.num_gpus]
     bs = (
         [q.micro_batch_size]

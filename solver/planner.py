@@ -6,6 +6,7 @@ import threading
 import time
 
 from meshplan.solver.arch import Arch, resolve_model
+from meshplan.solver.batch_size import batch_choice
 from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.cpsat.search import search
 from meshplan.solver.cpsat.tables import Stopped, Tables
@@ -59,7 +60,14 @@ def _score(sp: Space, p: Point) -> tuple:
 
 
 def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanResult:
-    """The best layout under the cost model, proven by CP-SAT (or the best found in time)."""
+    """The best layout under the cost model, proven by CP-SAT (or the best found in time), with
+    the rule that capped its global batch."""
+    res = _plan(req, stop_event)
+    batch = batch_choice(req.training, res.num_parameters.active)
+    return res.model_copy(update={"batch": batch})
+
+
+def _plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanResult:
     t0 = time.perf_counter()
     A, H, cm = _resolve(req)
     check_pins(A, H, req.search)
@@ -156,12 +164,45 @@ def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRes
     )
 
 
+def derive_microbatches(req: EvaluateRequest, active_params: int) -> tuple[int, str]:
+    """num_microbatches when the request leaves it out: the global batch over dp·b·seq_len (the
+    batch identity), or the largest count under the plan's batch cap when no batch is given."""
+    c, t = req.config, req.training
+    per_step = c.dp * c.micro_batch_size  # sequences one micro-batch step takes
+    if t.global_batch_tokens:
+        seqs = t.global_batch_tokens // t.seq_len
+        if seqs % per_step:
+            raise ValueError(
+                f"config.num_microbatches: not given, and the global batch of {seqs} sequences "
+                f"does not split into dp({c.dp}) x micro_batch_size({c.micro_batch_size})"
+            )
+        m = seqs // per_step
+        return m, (
+            f"num_microbatches = {m}: training.global_batch_tokens ({t.global_batch_tokens:,}) "
+            f"/ (dp({c.dp}) x micro_batch_size({c.micro_batch_size}) x seq_len({t.seq_len}))"
+        )
+    choice = batch_choice(t, active_params)
+    m = max(choice.cap_tokens // t.seq_len // per_step, 1)
+    return m, (
+        f"num_microbatches = {m}: no global batch given, so the largest count under the plan's "
+        f"batch cap, {choice.reason}"
+    )
+
+
 def evaluate(req: EvaluateRequest) -> Evaluation:
-    """Score one given layout: rules it breaks, memory, time, MFU."""
+    """Score one given layout: rules it breaks, memory, time, MFU. A missing num_microbatches is
+    derived from the batch (derive_microbatches) and said in `notes`."""
     A, H, cm = _resolve(req)
     t = req.training
     s = t.seq_len
     batch = Batch(t.global_batch_tokens // s, t.critical_batch_tokens // s)
+    notes: list[str] = []
+    if req.config.num_microbatches is None:
+        m, why = derive_microbatches(req, A.active_params)
+        req = req.model_copy(
+            update={"config": req.config.model_copy(update={"num_microbatches": m})}
+        )
+        notes.append(why)
     p = Point.from_config(req.config)
     sp = Space(A, H, t, req.search, cm, batch)
     bad = violations(p, A, H, t, req.search, batch, check_pins=False)
@@ -184,4 +225,5 @@ def evaluate(req: EvaluateRequest) -> Evaluation:
         performance=perf,
         binding_wall=wall(sp, p, perf, mem),
         warnings=warnings(sp, p, perf),
+        notes=notes,
     )

@@ -10,7 +10,7 @@ from meshplan.solver.schema import ParallelConfig
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class PlanStatus(str, Enum):
@@ -22,7 +22,7 @@ class PlanStatus(str, Enum):
 
 
 class Wall(str, Enum):
-    """What stops the next step up (seed 000's ladder)."""
+    """What stops the next step up: the constraint that binds this plan (the README defines each)."""
 
     NONE = "NONE"  # compute-bound sweet spot: nothing is tight
     MEMORY = "MEMORY"  # per-GPU memory is nearly full
@@ -30,6 +30,28 @@ class Wall(str, Enum):
     BUBBLE = "BUBBLE"  # the pipeline bubble costs the most
     COMMUNICATION = "COMMUNICATION"  # exposed communication costs the most
     DP_CAP = "DP_CAP"  # the critical batch caps data parallelism
+
+
+class BatchSource(str, Enum):
+    """What set the global batch of a plan."""
+
+    GLOBAL_BATCH = "GLOBAL_BATCH"  # training.global_batch_tokens fixes it
+    CRITICAL_BATCH = "CRITICAL_BATCH"  # the solver chooses it up to training.critical_batch_tokens
+    SCALING_LAW = "SCALING_LAW"  # the solver chooses it up to the scaling law's optimal batch
+
+
+class BatchChoice(_Strict):
+    """The global batch a plan may train, and the rule that set it."""
+
+    source: BatchSource = Field(description="What set the batch or its cap.")
+    cap_tokens: int = Field(description="Largest global batch allowed (tokens; 0: no cap).")
+    train_tokens: int = Field(
+        default=0, description="Training tokens D the scaling law assumed (tokens; 0: unused)."
+    )
+    compute_flops: float = Field(
+        default=0.0, description="Compute budget C = 6·N·D the scaling law read (FLOP; 0: unused)."
+    )
+    reason: str = Field(description="The rule in words, with its source.")
 
 
 class NumParameters(_Strict):
@@ -134,6 +156,9 @@ class PlanResult(_Strict):
     alternatives: list[Alternative] = Field(default_factory=list, description="Next-best plans.")
     explanation: Explanation | None = Field(default=None, description="Set when infeasible.")
     solver: SolverInfo | None = Field(default=None, description="The solve's own account.")
+    batch: BatchChoice | None = Field(
+        default=None, description="The global batch's cap and the rule that set it."
+    )
 
 
 class Evaluation(_Strict):
@@ -149,3 +174,7 @@ class Evaluation(_Strict):
     )
     binding_wall: Wall = Field(default=Wall.NONE, description="What binds it.")
     warnings: list[str] = Field(default_factory=list, description="Things to look at.")
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What the evaluation filled in, e.g. a num_microbatches derived from the batch.",
+    )

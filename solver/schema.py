@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import math
 from enum import Enum
+from functools import cache
+from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Precision(str, Enum):
-    """Training precision recipe (seed 002: BF16 mixed = 16 B/param, FP8 recipe = 9 B/param)."""
+    """Training precision recipe (BF16 mixed = 16 B/param, FP8 recipe = 9 B/param)."""
 
     BF16 = "BF16"
     FP8 = "FP8"
@@ -37,7 +39,33 @@ class Framework(str, Enum):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+    # defer_build: a model's validator is built on first use, so importing the schema is cheap
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False, defer_build=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _enum_case(cls, data: Any) -> Any:
+        """Enum values in any case ("bf16", "Full"): matched case-insensitively, once for all."""
+        fields = _enum_fields(cls)
+        if not isinstance(data, dict) or not fields:
+            return data
+        out = dict(data)
+        for name, values in fields.items():
+            v = out.get(name)
+            if isinstance(v, str) and v not in values.values():
+                out[name] = values.get(v.casefold(), v)
+        return out
+
+
+@cache
+def _enum_fields(model: type[BaseModel]) -> dict[str, dict[str, str]]:
+    """Each enum field of a model (also Optional ones): its values keyed by their casefold."""
+    out: dict[str, dict[str, str]] = {}
+    for name, info in model.model_fields.items():
+        for kind in (info.annotation, *get_args(info.annotation)):
+            if isinstance(kind, type) and issubclass(kind, Enum):
+                out[name] = {str(m.value).casefold(): m.value for m in kind}
+    return out
 
 
 def _finite(name: str, value: float | None) -> None:
@@ -156,11 +184,22 @@ class TrainingSpec(_Strict):
     critical_batch_tokens: int = Field(
         default=0,
         description=(
-            "Critical batch (tokens) capping the global batch (seed 004); 0: no cap for a fixed "
-            "batch, 4,194,304 when the solver chooses the batch."
+            "Critical batch (tokens) capping the global batch; 0: no cap for a fixed batch, and "
+            "when the solver chooses the batch, the optimal batch of DeepSeek LLM's scaling law "
+            "(Bi et al. 2024, arXiv:2401.02954) for the compute budget 6 x active parameters x "
+            "train_tokens."
         ),
         ge=0,
         le=2**40,
+    )
+    train_tokens: int = Field(
+        default=0,
+        description=(
+            "Tokens the whole training run sees (tokens), for the default critical batch; 0: 20 "
+            "per active parameter (Hoffmann et al. 2022)."
+        ),
+        ge=0,
+        le=2**60,
     )
     precision: Precision = Field(default=Precision.BF16, description="Precision recipe.")
     framework: Framework = Field(
@@ -197,7 +236,14 @@ class ParallelConfig(_Strict):
         default=1, description="Interleaved model chunks per pipeline stage (count).", ge=1
     )
     micro_batch_size: int = Field(description="Sequences per micro-batch per replica.", ge=1)
-    num_microbatches: int = Field(description="Micro-batches per step per replica.", ge=1)
+    num_microbatches: int | None = Field(
+        default=None,
+        description=(
+            "Micro-batches per step per replica (count); unset in an evaluate request: derived "
+            "from the global batch."
+        ),
+        ge=1,
+    )
     zero_stage: int = Field(
         default=1, description="ZeRO stage 0-3 over the dp*cp group.", ge=0, le=3
     )
@@ -230,13 +276,13 @@ class SearchSpec(_Strict):
     )
     memory_reserve_gib: float = Field(
         default=3.0,
-        description="Fixed per-GPU reserve for CUDA context and NCCL buffers (GiB; seed 002: ~2+1).",
+        description="Fixed per-GPU reserve for CUDA context and NCCL buffers (GiB; about 2 + 1).",
         ge=0,
         le=1024,
     )
     memory_fragmentation: float = Field(
         default=0.10,
-        description="Allocator fragmentation as a fraction of the allocated bytes (seed 002: 5-15%).",
+        description="Allocator fragmentation as a fraction of the allocated bytes (typically 5-15%).",
         ge=0,
         le=1,
     )

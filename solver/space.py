@@ -10,11 +10,10 @@ from dataclasses import dataclass, field, replace
 from math import gcd
 
 from meshplan.solver.arch import Arch
+from meshplan.solver.batch_size import batch_choice
 from meshplan.solver.costmodel import CostModel, Layout, Point
 from meshplan.solver.hardware import Hardware
 from meshplan.solver.schema import Framework, Precision, Recompute, SearchSpec, TrainingSpec
-
-DEFAULT_CRITICAL_BATCH = 4_194_304  # tokens, when the solver chooses the batch and none is given
 
 
 def divisors(n: int) -> list[int]:
@@ -63,12 +62,12 @@ class Batch:
         return sorted(out)
 
 
-def batch_of(training: TrainingSpec) -> Batch:
+def batch_of(training: TrainingSpec, active_params: int) -> Batch:
     s = training.seq_len
     if training.global_batch_tokens:
         cap = training.critical_batch_tokens // s if training.critical_batch_tokens else 0
         return Batch(training.global_batch_tokens // s, cap)
-    cap = training.critical_batch_tokens or DEFAULT_CRITICAL_BATCH
+    cap = batch_choice(training, active_params).cap_tokens  # given, or the scaling law's
     return Batch(0, cap // s)
 
 
@@ -122,11 +121,11 @@ def violations(
         )
     if training.framework is Framework.KEMPNERFORGE:
         if A.is_moe and lay.pp > 1:
-            out.append("KempnerForge rejects MoE with pp > 1 (seed 001)")
+            out.append("KempnerForge rejects MoE with pp > 1 (its config validation)")
         if training.precision is Precision.FP8 and lay.tp > 1:
-            out.append("KempnerForge rejects FP8 with tp > 1 (seed 001)")
+            out.append("KempnerForge rejects FP8 with tp > 1 (its config validation)")
         if lay.cp > 1:
-            out.append("KempnerForge's context parallelism is a stub (seed 001)")
+            out.append("KempnerForge's context parallelism is a stub (unused by its training loop)")
     if check_pins:
         out += _pin_violations(p, search)
     return out
@@ -191,7 +190,7 @@ class Space:
     ) -> Space:
         """The space of a request; `prune` drops the layouts whose least memory overflows (the
         planner leaves that to its vectorised bounds, which find the same and more)."""
-        sp = Space(A, H, training, search, cm, batch_of(training))
+        sp = Space(A, H, training, search, cm, batch_of(training, A.active_params))
         sp._generate(num_gpus or H.num_gpus, prune)
         return sp
 

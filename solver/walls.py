@@ -1,4 +1,4 @@
-"""The binding wall and the warnings of a scored plan (seeds 000, 003, 004)."""
+"""The binding wall and the warnings of a scored plan (the README defines each wall)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ from meshplan.solver.costmodel import Point
 from meshplan.solver.results import MemoryBill, Performance, Wall
 from meshplan.solver.space import Space
 
-BUBBLE_WARN = 0.20  # seed 000/003: a bubble over 20% is the wall
+BUBBLE_WARN = 0.20  # a bubble over 20% of the step is the wall
 COMM_WALL = 0.25  # exposed communication above a quarter of the step
 
 
 def dp_cap_binds(sp: Space, p: Point) -> bool:
-    """The critical batch caps dp below what the cluster could feed (seed 004): the model
-    parallelism that the weights force (seed 000's ladder: bf16 weights per GPU), times the most
-    replicas the cap allows, leaves GPUs over."""
+    """The critical batch caps dp below what the cluster could feed: the model parallelism that
+    the weights force (their bytes over the usable memory), times the most replicas the cap
+    allows (one sequence each), leaves GPUs over."""
     cap = sp.batch.cap_seqs
     if not cap:
         return False
@@ -49,7 +49,7 @@ def warnings(sp: Space, p: Point, perf: Performance) -> list[str]:
             f"past the DP cap: the critical batch of {cap * s:,} tokens allows at most {cap} "
             f"sequences per step: at most {cap}-way data parallel, so GPUs beyond that are "
             f"wasted on model parallelism the memory does not need (this plan: "
-            f"tp*pp*cp={p.lay.tp * p.lay.pp * p.lay.cp} on {p.lay.gpus:,} of {n:,} GPUs; seed 004)"
+            f"tp*pp*cp={p.lay.tp * p.lay.pp * p.lay.cp} on {p.lay.gpus:,} of {n:,} GPUs)"
         )
     if p.lay.tp > sp.H.gpn:
         out.append(f"tp={p.lay.tp} crosses the node boundary ({sp.H.gpn} GPUs per node)")

@@ -110,3 +110,21 @@ def test_dispatch(capsys: pytest.CaptureFixture[str]) -> None:
     if importlib.util.find_spec("benchmarks.fidelity") is None:
         assert dispatch(["fidelity"]) == 1
         assert "does not exist yet" in capsys.readouterr().err
+
+
+def test_startup_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The start-up benchmark times each command as a new process and names the heavy modules
+    it loaded: --help, --version and catalog must load none of them (speed is not asserted)."""
+    from benchmarks import startup
+
+    rep = _run(startup, tmp_path, capsys)
+    assert rep["target_s"] == startup.TARGET_S
+    cmds = rep["commands"]
+    assert [c["command"] for c in cmds] == [
+        "meshplan --help",
+        "meshplan --version",
+        "meshplan catalog",
+    ]
+    for c in cmds:
+        assert len(c["runs"]) == 3 and 0 < c["best"] <= c["median"] <= max(c["runs"]), c
+        assert c["exit_status"] == 0 and c["heavy_imports"] == [], c

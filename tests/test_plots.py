@@ -31,12 +31,12 @@ def test_plan_plot_draws_the_memory_bill(tmp_path: Path, capsys) -> None:  # noq
 
 def test_plot_of_an_infeasible_plan_and_of_an_evaluation(tmp_path: Path) -> None:
     png = tmp_path / "none.png"
-    assert main(["plan", "--model", "llama2-70b", "--gpus", "8", "--plot", str(png)]) == 0
+    assert main(["plan", "--model", "llama2-70b", "--gpus", "8", "--plot", str(png)]) == 3
     assert_png(png)
     ev = tmp_path / "eval.png"
     argv = ["evaluate", "--model", "llama2-7b", "--gpus", "8", "--tp", "1", "--pp", "1"]
     argv += ["--dp", "8", "--micro-batch-size", "1", "--num-microbatches", "4", "--plot", str(ev)]
-    assert main(argv) == 0
+    assert main(argv) == 3  # 8k-token sequences without recomputation overflow: still drawn
     assert_png(ev)
 
 

@@ -14,10 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from pydantic import ValidationError
+
 from meshplan.client.exceptions import FieldViolation, InvalidRequestError, PlannerError
 from meshplan.client.sync import BatchItem, PlannerClient
 from meshplan.solver.results import Evaluation, PlanResult
 from meshplan.solver.schema import EvaluateRequest, PlanRequest
+from meshplan.tools.flags import add_server_flag
+from meshplan.tools.messages import one_line, shorten
 
 _SLACK_S = 10.0  # deadline beyond the solve's own time limit: model build, transport
 CSV_COLUMNS = [
@@ -46,19 +50,38 @@ def remote_evaluate(
 
 def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `meshplan batch` (run_batch reads them with getattr, so a subset works too)."""
-    parser.add_argument("--server", required=True, help="HOST:PORT, or a comma-separated list")
+    add_server_flag(parser, "the meshplan server(s) to send the requests to", required=True)
     parser.add_argument(
-        "--request", required=True, help="JSON file: a list of plan requests, or JSON lines"
-    )
-    parser.add_argument("--output", default="-", help="output file (default stdout)")
-    parser.add_argument(
-        "--format", choices=["jsonl", "csv"], default=None, help="default: from --output suffix"
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=3600.0, help="deadline of each PlanBatch call (s)"
+        "--request",
+        required=True,
+        metavar="FILE",
+        help="a JSON list of plan requests, one request, or JSON lines ('-': stdin)",
     )
     parser.add_argument(
-        "--chunk-size", type=int, default=256, help="requests per PlanBatch call (count)"
+        "--output",
+        default="-",
+        metavar="FILE",
+        help="where the answers go, one row per request (default '-': stdout)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=["jsonl", "csv"],
+        default=None,
+        help="jsonl or csv (default: csv if --output ends in .csv, else jsonl)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=3600.0,
+        metavar="S",
+        help="deadline of each PlanBatch call (s; default 3600)",
+    )
+    parser.add_argument(
+        "--chunk-size",
+        type=int,
+        default=256,
+        metavar="N",
+        help="requests per PlanBatch call (count; default 256)",
     )
     parser.add_argument(
         "--progress",
@@ -69,22 +92,45 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def read_requests(path: str) -> list[PlanRequest]:
-    """Plan requests from a JSON list, one JSON object, or JSON lines ('-' = stdin)."""
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    """Plan requests from a JSON list, one JSON object, or JSON lines ('-' = stdin); ValueError
+    naming the file and the item for anything wrong."""
+    where = f"--request {shorten(path)!r}"
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(
+            f"{where}: cannot read it: {getattr(err, 'strerror', None) or err}"
+        ) from None
     stripped = text.strip()
-    if stripped.startswith("["):
-        items = json.loads(stripped)
-    elif "\n" in stripped and stripped.startswith("{") and not _is_one_object(stripped):
-        items = [json.loads(line) for line in stripped.splitlines() if line.strip()]
-    else:
-        items = [json.loads(stripped)]
-    return [PlanRequest.model_validate(item) for item in items]
+    try:
+        if stripped.startswith("["):
+            items = json.loads(stripped)
+        elif "\n" in stripped and stripped.startswith("{") and not _is_one_object(stripped):
+            items = [json.loads(line) for line in stripped.splitlines() if line.strip()]
+        else:
+            items = [json.loads(stripped)]
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not JSON or JSON lines: {err}") from None
+    except RecursionError:
+        raise ValueError(f"{where}: nested too deeply to read") from None
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ValueError(
+                f"{where}: request {i} must be a JSON object (a PlanRequest), got a "
+                f"{type(item).__name__}"
+            )
+        try:
+            out.append(PlanRequest.model_validate(item))
+        except ValidationError as err:
+            raise ValueError(f"{where}: request {i}: {one_line(err)}") from None
+    return out
 
 
 def _is_one_object(text: str) -> bool:
     try:
         return isinstance(json.loads(text), dict)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
 
 
@@ -92,12 +138,13 @@ def run_batch(args: argparse.Namespace) -> int:
     """Send the requests through PlanBatch; write one JSON line or CSV row per answer.
 
     Rows come in the order the server finishes them, each with its request's index. Exit 0 if
-    every request got an answer (feasible or not), 1 if some failed, 2 on a bad input file.
+    every request got an answer (an infeasible plan is an answer), 1 if some failed or the
+    server could not be reached, 2 on a bad input file.
     """
     try:
         reqs = read_requests(args.request)
-    except (OSError, ValueError) as err:
-        print(f"meshplan batch: cannot read {args.request}: {err}", file=sys.stderr)
+    except ValueError as err:
+        print(f"meshplan batch: {shorten(str(err))}", file=sys.stderr)
         return 2
     servers = [s for s in str(args.server).split(",") if s]
     output = getattr(args, "output", "-") or "-"
@@ -114,7 +161,7 @@ def run_batch(args: argparse.Namespace) -> int:
                 bar.update()
         except PlannerError as err:
             bar.close()
-            print(f"meshplan batch: {err}", file=sys.stderr)
+            print(f"meshplan batch: {shorten(str(err))}", file=sys.stderr)
             return 1
     bar.close()
     return 1 if failed else 0

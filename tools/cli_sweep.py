@@ -9,53 +9,107 @@ import time
 from pathlib import Path
 from typing import Any
 
-from meshplan.tools.flags import request_from_flags
+from meshplan.tools.flags import (
+    PIN_WORDS,
+    PINS,
+    add_cluster_flags,
+    add_memory_pins,
+    add_server_flag,
+    add_training_flags,
+    plot_path,
+)
 from meshplan.tools.grid import expand_models, parse_gpus, parse_ints
+from meshplan.tools.inputs import request_from_flags
+from meshplan.tools.ladder import SEED_RUNGS
 
-PINS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches")
 MODELS_HELP = (
-    "comma-separated: catalog names (llama3-70b), HF config.json paths, a family's catalog "
-    "members in a size range (llama3:8b..405b, llama3:*), or family-shaped models scaled to "
-    "sizes (llama3:3b, llama3:1b..64b:x2)"
+    "comma-separated: catalog names (llama3-70b), Hugging Face config.json paths, a family's "
+    "catalog members in a size range (llama3:8b..405b, llama3:*), or family-shaped models "
+    "scaled to sizes (llama3:3b, llama3:1b..64b:x2)"
 )
 
 
 def _knobs(p: argparse.ArgumentParser, lists: bool) -> None:
     """Request knobs shared by sweep and ladder (lists: GPU type, precision, seq_len are axes)."""
     many = " (comma-separated: one axis of the grid)" if lists else ""
-    p.add_argument("--request", help="a base PlanRequest as JSON; the grid and flags override it")
-    p.add_argument("--gpu", help="catalog GPU (default h100-sxm-80gb)" + many)
-    p.add_argument("--gpus-per-node", type=int)
-    p.add_argument("--hbm-gib", type=float)
-    p.add_argument("--seq-len", help="sequence length (tokens)" + many)
-    p.add_argument("--global-batch-tokens", type=int, help="0: the solver chooses (default)")
-    p.add_argument("--critical-batch-tokens", type=int)
-    p.add_argument("--precision", help="BF16 or FP8" + many)
-    for name in PINS:
-        p.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
-    p.add_argument("--zero-stage", type=int, choices=[0, 1, 2, 3])
-    p.add_argument("--recompute", choices=["NONE", "SELECTIVE", "FULL"])
-    p.add_argument("--sequence-parallel", choices=["true", "false"])
-    p.add_argument("--allow-fewer-gpus", action="store_true")
     p.add_argument(
-        "--framework", choices=["GENERIC", "KEMPNERFORGE", "MEGATRON", "TORCHTITAN", "DEEPSPEED"]
+        "--request",
+        metavar="FILE",
+        help="a base PlanRequest as JSON; the grid and the flags override its fields "
+        "(default: none)",
     )
-    p.add_argument("--time-limit", type=float, help="solver time limit per plan (s; default 10)")
-    p.add_argument("--jobs", type=int, default=0, help="solver processes (default: one per CPU)")
-    p.add_argument("--server", help="HOST:PORT (or a comma-separated list): solve via PlanBatch")
-    p.add_argument("--timeout", type=float, default=3600.0, help="deadline of a PlanBatch call (s)")
-    p.add_argument("--plot", help="draw a PNG to this path")
+    add_cluster_flags(p, many)
+    add_training_flags(p, lists=many)
+    for name in PINS:
+        what, unit = PIN_WORDS[name]
+        p.add_argument(
+            "--" + name.replace("_", "-"),
+            type=int,
+            dest=name,
+            metavar="N",
+            help=f"pin the {what} in every cell ({unit}; default: free)",
+        )
+    add_memory_pins(p, evaluate=False)
+    p.add_argument(
+        "--allow-fewer-gpus",
+        action="store_true",
+        help="allow plans that leave some of the GPUs idle (default: use them all)",
+    )
+    p.add_argument(
+        "--time-limit", type=float, metavar="S", help="solver time limit per plan (s; default 10)"
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="solver processes (count; default 0: one per CPU)",
+    )
+    add_server_flag(p, "solve on meshplan servers through PlanBatch (default: in-process)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=3600.0,
+        metavar="S",
+        help="deadline of one PlanBatch call (s; default 3600)",
+    )
 
 
 def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of `meshplan sweep`."""
-    p.add_argument("--models", required=True, help=MODELS_HELP)
-    p.add_argument("--gpus", required=True, help="GPU counts: 8,64,512 or 8..16384 (doubling)")
+    p.add_argument("--models", required=True, metavar="MODELS", help=MODELS_HELP)
+    p.add_argument(
+        "--gpus",
+        required=True,
+        metavar="COUNTS",
+        help="GPU counts: 8,64,512, or 8..16384 for 8, 16, 32, ... 16384 (doubling)",
+    )
     _knobs(p, lists=True)
-    p.add_argument("--out", help="write PREFIX.csv and PREFIX.jsonl")
-    p.add_argument("--csv", help="CSV path (instead of, or as well as, --out)")
-    p.add_argument("--jsonl", help="JSON-lines path (instead of, or as well as, --out)")
-    p.add_argument("--retry-errors", action="store_true", help="rerun cells written as ERROR")
+    p.add_argument(
+        "--out",
+        metavar="PREFIX",
+        help="write PREFIX.csv and PREFIX.jsonl (one of --out, --csv, --jsonl is required)",
+    )
+    p.add_argument(
+        "--csv", metavar="FILE", help="CSV path, instead of or as well as --out (default: none)"
+    )
+    p.add_argument(
+        "--jsonl",
+        metavar="FILE",
+        help="JSON-lines path, instead of or as well as --out (default: none)",
+    )
+    p.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="rerun the cells written as ERROR (default: keep them)",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="FILE",
+        type=plot_path,
+        help="draw tokens/s and scaling efficiency against GPU count of every row; the suffix "
+        "picks the format: .png, .svg or .pdf (default: no picture)",
+    )
     p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
@@ -66,11 +120,29 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_ladder_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of `meshplan ladder`."""
-    p.add_argument("--rungs", help="MODEL@GPUS,... (default: seed 000's ladder, if no --models)")
-    p.add_argument("--models", help=MODELS_HELP + "; paired with --gpus")
-    p.add_argument("--gpus", help="GPU counts paired with --models (as many, or one)")
+    p.add_argument(
+        "--rungs",
+        metavar="MODEL@GPUS,...",
+        help=f"the rungs (default, without --models: {SEED_RUNGS}: a dense model from one "
+        "node to a big cluster)",
+    )
+    p.add_argument(
+        "--models", metavar="MODELS", help=MODELS_HELP + "; paired with --gpus (default: none)"
+    )
+    p.add_argument(
+        "--gpus",
+        metavar="COUNTS",
+        help="GPU counts paired with --models, as many, or one (default: none)",
+    )
     _knobs(p, lists=False)
-    p.add_argument("--json", action="store_true", help="print the rungs as JSON")
+    p.add_argument("--json", action="store_true", help="print the rungs as JSON instead of a table")
+    p.add_argument(
+        "--plot",
+        metavar="FILE",
+        type=plot_path,
+        help="draw one bar per rung, its parallel degrees stacked; the suffix picks the "
+        "format: .png, .svg or .pdf (default: no picture)",
+    )
 
 
 def base_request(a: argparse.Namespace) -> dict[str, Any]:
@@ -80,9 +152,10 @@ def base_request(a: argparse.Namespace) -> dict[str, Any]:
         setattr(ns, grid_flag, None)
     req = request_from_flags(ns, evaluate=False)
     req.pop("model", None)
-    req["cluster"].pop("num_gpus", None)
+    if isinstance(req.get("cluster"), dict):
+        req["cluster"].pop("num_gpus", None)
     if a.gpu and "," not in a.gpu:
-        req["cluster"]["gpu"] = a.gpu.strip()
+        req.setdefault("cluster", {})["gpu"] = a.gpu.strip()
     return req
 
 

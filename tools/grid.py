@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from meshplan.solver.arch import resolve_model
 from meshplan.solver.schema import ModelSpec, MoESpec
+from meshplan.tools.inputs import model_label
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mbt])\s*$", re.IGNORECASE)
 _SCALE = {"m": 1e6, "b": 1e9, "t": 1e12}
@@ -176,7 +177,7 @@ def expand_model(item: str) -> list[ModelItem]:
             from meshplan.tools.hf_config import load_hf_config
 
             spec = load_hf_config(Path(item)).model_dump(exclude_none=True)
-            return [ModelItem(item, spec, params=_params(spec))]
+            return [ModelItem(model_label(item), spec, params=_params(spec))]
         if ":" not in item:
             return [_preset(item)]
         family, _, sizes = item.partition(":")
@@ -244,6 +245,8 @@ def expand_models(text: str) -> list[ModelItem]:
     for part in str(text).split(","):
         if part.strip():
             for m in expand_model(part):
+                if m.label in out and out[m.label].spec != m.spec:  # two configs, one name
+                    m = replace(m, label=part.strip())
                 out.setdefault(m.label, m)
     if not out:
         raise ValueError(f"--models: no model in {text!r}")

@@ -1,5 +1,5 @@
-"""PNG pictures (matplotlib, Agg, no pyplot state): a plan's memory bill against HBM (seed 002's
-stacked bar), the scaling-efficiency curve (seed 004) and the ladder (seed 000)."""
+"""Pictures (matplotlib, Agg, no pyplot state; PNG, SVG or PDF by the file's suffix): a plan's
+memory bill against HBM as stacked bars, the scaling-efficiency curve and the scaling ladder."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 from meshplan.solver.results import Evaluation, MemoryBill, PlanResult
 from meshplan.solver.schema import ParallelConfig
+from meshplan.tools.flags import plot_format
+from meshplan.tools.render import verdict
 from meshplan.tools.scaling import Series
 
 if TYPE_CHECKING:
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
     from meshplan.tools.ladder import Rung
 
 GIB = 1 << 30
-TENANTS = (  # (MemoryBill field, label, colour); activations rose as in seed 002
+TENANTS = (  # (MemoryBill field, label, colour)
     ("weights", "weights", "#4c72b0"),
     ("gradients", "gradients", "#dd8452"),
     ("optimizer", "optimizer state", "#55a868"),
@@ -36,8 +38,9 @@ def _figure(width: float, height: float) -> Figure:
 
 def _save(fig: Figure, path: str | Path) -> Path:
     out = Path(path)
+    fmt = plot_format(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png")  # a bare Figure saves through the Agg canvas
+    fig.savefig(out, format=fmt)  # a bare Figure saves through the Agg (or SVG, PDF) canvas
     return out
 
 
@@ -114,9 +117,8 @@ def plan_memory_plot(
     """The memory bill of a plan and its alternatives (or of an evaluation) against HBM."""
     title = f"{model} on {num_gpus:,} x {gpu}: memory per GPU"
     if isinstance(res, Evaluation):
-        verdict = "fits" if res.fits else "does NOT fit"
         return memory_plot(
-            path, [(short_config(res.config), res.memory)], hbm, f"{title} ({verdict})"
+            path, [(short_config(res.config), res.memory)], hbm, f"{title} ({verdict(res)})"
         )
     if res.config is None or res.memory is None:
         e = res.explanation
@@ -168,7 +170,7 @@ def scaling_plot(path: str | Path, series: Sequence[Series], title: str = "") ->
             for ax in (top, bottom):
                 ax.axvline(s.dp_cap_gpus, color=colour, linestyle="-.", linewidth=1.0)
                 ax.axvspan(s.dp_cap_gpus, max(xs), color=colour, alpha=0.06)
-            cap = s.critical_batch_tokens // max(s.seq_len, 1)  # seed 004: dp <= B_crit/(b·M·s)
+            cap = s.critical_batch_tokens // max(s.seq_len, 1)  # dp <= B_crit/(b·M·s)
             bottom.annotate(
                 f"DP cap at {s.dp_cap_gpus:,} GPUs\nB_crit {s.critical_batch_tokens:,} tokens"
                 f"\n= {cap:,} sequences: dp ≤ {cap:,}",

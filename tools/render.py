@@ -6,6 +6,7 @@ from meshplan.solver.results import Evaluation, MemoryBill, Performance, PlanRes
 from meshplan.solver.schema import EvaluateRequest, ParallelConfig, PlanRequest
 
 GIB = 1 << 30
+MEMORY_VIOLATION = "memory:"  # how evaluate() starts the violation of the memory budget
 
 
 def _layout(c: ParallelConfig) -> str:
@@ -45,22 +46,25 @@ def _time(p: Performance) -> str:
     return "\n".join(out)
 
 
-def render_plan(req: PlanRequest, r: PlanResult) -> str:
+def render_plan(req: PlanRequest, r: PlanResult, label: str | None = None) -> str:
+    """The plan as a table: layout, memory bill, time, wall, warnings, solver, alternatives."""
     n = r.num_parameters
     head = (
-        f"{req.model.preset or 'model'} ({n.total / 1e9:.1f}B params, {n.active / 1e9:.1f}B "
-        f"active) on {req.cluster.num_gpus:,} x {req.cluster.gpu}: {r.status.value}"
+        f"{label or req.model.preset or 'custom model'} ({n.total / 1e9:.1f}B params, "
+        f"{n.active / 1e9:.1f}B active) on {req.cluster.num_gpus:,} x {req.cluster.gpu}: "
+        f"{r.status.value}"
     )
+    batch = [f"batch: {r.batch.reason}"] if r.batch else []
     if r.config is None:
         e = r.explanation
-        lines = [head, f"  {e.reason}" if e else ""]
-        return "\n".join(lines)
+        return "\n".join([head, f"  {e.reason}" if e else "", *batch])
     s = r.solver
     lines = [
         head,
         _layout(r.config),
         _memory(r.memory),
         _time(r.performance),
+        *batch,
         f"binding wall: {r.binding_wall.value}",
     ]
     lines += [f"warning: {w}" for w in r.warnings]
@@ -81,10 +85,31 @@ def render_plan(req: PlanRequest, r: PlanResult) -> str:
     return "\n".join(lines)
 
 
-def render_evaluation(req: EvaluateRequest, r: Evaluation) -> str:
-    lines = [f"{'fits' if r.fits else 'does NOT fit'}", _layout(r.config), _memory(r.memory)]
+def verdict(r: Evaluation) -> str:
+    """'fits', 'does NOT fit in memory', 'breaks the rules', or both: "does NOT fit" is said of
+    memory only; a broken rule (tp not dividing the heads, a batch that does not add up) is not
+    a question of fit."""
+    memory = any(v.startswith(MEMORY_VIOLATION) for v in r.violations)
+    rules = any(not v.startswith(MEMORY_VIOLATION) for v in r.violations)
+    if r.fits:
+        return "fits"
+    return " and ".join(
+        w for w, on in (("does NOT fit in memory", memory), ("breaks the rules", rules)) if on
+    )
+
+
+def render_evaluation(req: EvaluateRequest, r: Evaluation, label: str | None = None) -> str:
+    """The evaluation as a table: the verdict, layout, memory bill, time, what it breaks."""
+    memory = [v for v in r.violations if v.startswith(MEMORY_VIOLATION)]
+    rules = [v for v in r.violations if not v.startswith(MEMORY_VIOLATION)]
+    name = label or req.model.preset or "custom model"
+    head = f"{name} on {req.cluster.num_gpus:,} x {req.cluster.gpu}: {verdict(r)}"
+    lines = [head, _layout(r.config), _memory(r.memory)]
     if r.performance:
         lines.append(_time(r.performance))
-    lines += [f"violation: {v}" for v in r.violations]
+    lines += [f"binding wall: {r.binding_wall.value}"]
+    lines += [f"does NOT fit: {v}" for v in memory]
+    lines += [f"rule violation: {v}" for v in rules]
     lines += [f"warning: {w}" for w in r.warnings]
+    lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)

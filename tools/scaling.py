@@ -14,8 +14,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from meshplan.solver.space import DEFAULT_CRITICAL_BATCH
-
 _GROUP = ("gpu", "seq_len", "precision", "global_batch_tokens", "critical_batch_tokens")
 
 
@@ -56,8 +54,9 @@ def _feasible(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _cap_tokens(row: dict[str, Any]) -> int:
-    crit, fixed = int(_num(row, "critical_batch_tokens")), int(_num(row, "global_batch_tokens"))
-    return crit or (0 if fixed else DEFAULT_CRITICAL_BATCH)
+    """The cap the planner applied (given, or the scaling law's); rows written before the
+    planner reported it fall back to the cap the request gave."""
+    return int(_num(row, "batch_cap_tokens")) or int(_num(row, "critical_batch_tokens"))
 
 
 def _series(label: str, kind: str, rows: list[dict[str, Any]], flops: bool) -> Series:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -23,6 +25,8 @@ from pydantic import ValidationError
 from meshplan.solver.results import PlanResult
 from meshplan.solver.schema import PlanRequest
 from meshplan.tools.grid import ModelItem
+from meshplan.tools.interrupt import interruptible
+from meshplan.tools.messages import one_line, shorten
 
 
 @dataclass(frozen=True)
@@ -54,18 +58,15 @@ class Stats:
 
 
 def describe_error(err: BaseException) -> str:
-    """One line naming the field (pydantic), the unknown name (KeyError) or the failure."""
-    if isinstance(err, ValidationError):
-        parts = [
-            f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']} (got {e.get('input')!r})"
-            for e in err.errors()
-        ]
-        return "invalid request: " + "; ".join(parts)
-    if isinstance(err, KeyError):
-        return f"invalid request: {err.args[0] if err.args else err}"
+    """One line naming the field (pydantic), the unknown name (KeyError) or the failure, with
+    echoed values cut short."""
+    if isinstance(err, ValidationError | KeyError):
+        return one_line(err)
+    if isinstance(err, TimeoutError):
+        return shorten(f"{err} (time limit; --time-limit gives more)")
     if isinstance(err, ValueError):
-        return f"invalid request: {err}"
-    return f"{type(err).__name__}: {err}"
+        return shorten(f"invalid request: {err}")
+    return shorten(f"{type(err).__name__}: {err}")
 
 
 def _canonical(request: dict[str, Any]) -> dict[str, Any]:
@@ -114,7 +115,9 @@ def build_jobs(
     return list(jobs.values())
 
 
-def solve_request(request: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+def solve_request(
+    request: dict[str, Any], stop: threading.Event | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
     """Plan one request in this process: (result as JSON, None) or (None, the error in one line).
 
     Module-level so a process pool can pickle it.
@@ -122,7 +125,7 @@ def solve_request(request: dict[str, Any]) -> tuple[dict[str, Any] | None, str |
     from meshplan.solver.planner import plan
 
     try:
-        return plan(PlanRequest.model_validate(request)).model_dump(mode="json"), None
+        return plan(PlanRequest.model_validate(request), stop).model_dump(mode="json"), None
     except Exception as err:  # noqa: BLE001  any failure of one cell is that cell's error row
         return None, describe_error(err)
 
@@ -138,17 +141,30 @@ def solve_local(jobs: Sequence[Job], workers: int = 0) -> Iterator[Outcome]:
     workers = min(workers or os.cpu_count() or 1, len(todo))
     if workers <= 1:
         for job in todo:
-            yield _outcome(job, *solve_request(job.request))
+            yield _outcome(job, *interruptible(lambda stop, r=job.request: solve_request(r, stop)))
         return
-    # spawn: a forked child would inherit the parent's threads (gRPC, OR-Tools) mid-flight
+    # spawn: a forked child would inherit the parent's threads (gRPC, OR-Tools) mid-flight.
+    # The workers ignore Ctrl-C (they start with SIGINT ignored, which Python keeps): the parent
+    # hears it, stops them and says so once.
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        futures: dict[Future, Job] = {pool.submit(solve_request, j.request): j for j in todo}
+        main = threading.current_thread() is threading.main_thread()  # signals: main only
+        before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:  # submit() starts the worker processes
+            futures: dict[Future, Job] = {pool.submit(solve_request, j.request): j for j in todo}
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, before)
         try:
             for fut in as_completed(futures):
                 yield _outcome(futures[fut], *fut.result())
-        finally:
-            for fut in futures:
+        except KeyboardInterrupt:
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()  # their cells are not written: a rerun resumes them
+            raise
+        except BaseException:
+            for fut in futures:  # the consumer stopped early: drop what has not started
                 fut.cancel()
+            raise
 
 
 def _outcome(job: Job, result: dict[str, Any] | None, error: str | None) -> Outcome:
@@ -205,6 +221,8 @@ def flat_row(out: Outcome) -> dict[str, Any]:
         "binding_wall": res.binding_wall.value,
         "warnings": " | ".join(res.warnings),
     }
+    if res.batch is not None:
+        row["batch_cap_tokens"] = res.batch.cap_tokens
     if res.config is not None:
         row |= res.config.model_dump(mode="json")
     if res.performance is not None:
@@ -241,6 +259,7 @@ def _asked(req: dict[str, Any]) -> dict[str, Any]:
         "precision": t.precision.value,
         "global_batch_tokens": t.global_batch_tokens,
         "critical_batch_tokens": t.critical_batch_tokens,
+        "train_tokens": t.train_tokens,
     }
 
 

@@ -23,7 +23,7 @@ from meshplan.tools.sweep import (
 
 CSV_COLUMNS = [
     "key", "model", "gpu", "num_gpus", "seq_len", "precision", "global_batch_tokens",
-    "critical_batch_tokens", "status", "error", "reason", "min_gpus", "total_params",
+    "critical_batch_tokens", "train_tokens", "batch_cap_tokens", "status", "error", "reason", "min_gpus", "total_params",
     "active_params", "tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size",
     "num_microbatches", "zero_stage", "recompute", "sequence_parallel", "num_gpus_used",
     "plan_global_batch_tokens", "step_time_s", "tokens_per_s", "mfu", "model_flops_per_token",

@@ -24,7 +24,7 @@ class PlanRequest(_message.Message):
     def __init__(self, model: _Optional[_Union[_spec_pb2.ModelSpec, _Mapping]] = ..., cluster: _Optional[_Union[_spec_pb2.ClusterSpec, _Mapping]] = ..., training: _Optional[_Union[_spec_pb2.TrainingSpec, _Mapping]] = ..., search: _Optional[_Union[_spec_pb2.SearchSpec, _Mapping]] = ..., options: _Optional[_Union[_spec_pb2.Options, _Mapping]] = ...) -> None: ...
 
 class PlanResponse(_message.Message):
-    __slots__ = ("status", "config", "num_parameters", "memory", "performance", "binding_wall", "warnings", "alternatives", "explanation", "solver")
+    __slots__ = ("status", "config", "num_parameters", "memory", "performance", "binding_wall", "warnings", "alternatives", "explanation", "solver", "batch")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     NUM_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class PlanResponse(_message.Message):
     ALTERNATIVES_FIELD_NUMBER: _ClassVar[int]
     EXPLANATION_FIELD_NUMBER: _ClassVar[int]
     SOLVER_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     status: _result_pb2.PlanStatus
     config: _spec_pb2.ParallelConfig
     num_parameters: _result_pb2.NumParameters
@@ -45,7 +46,8 @@ class PlanResponse(_message.Message):
     alternatives: _containers.RepeatedCompositeFieldContainer[_result_pb2.Alternative]
     explanation: _result_pb2.Explanation
     solver: _result_pb2.SolverInfo
-    def __init__(self, status: _Optional[_Union[_result_pb2.PlanStatus, str]] = ..., config: _Optional[_Union[_spec_pb2.ParallelConfig, _Mapping]] = ..., num_parameters: _Optional[_Union[_result_pb2.NumParameters, _Mapping]] = ..., memory: _Optional[_Union[_result_pb2.MemoryBill, _Mapping]] = ..., performance: _Optional[_Union[_result_pb2.Performance, _Mapping]] = ..., binding_wall: _Optional[_Union[_result_pb2.Wall, str]] = ..., warnings: _Optional[_Iterable[str]] = ..., alternatives: _Optional[_Iterable[_Union[_result_pb2.Alternative, _Mapping]]] = ..., explanation: _Optional[_Union[_result_pb2.Explanation, _Mapping]] = ..., solver: _Optional[_Union[_result_pb2.SolverInfo, _Mapping]] = ...) -> None: ...
+    batch: _result_pb2.BatchChoice
+    def __init__(self, status: _Optional[_Union[_result_pb2.PlanStatus, str]] = ..., config: _Optional[_Union[_spec_pb2.ParallelConfig, _Mapping]] = ..., num_parameters: _Optional[_Union[_result_pb2.NumParameters, _Mapping]] = ..., memory: _Optional[_Union[_result_pb2.MemoryBill, _Mapping]] = ..., performance: _Optional[_Union[_result_pb2.Performance, _Mapping]] = ..., binding_wall: _Optional[_Union[_result_pb2.Wall, str]] = ..., warnings: _Optional[_Iterable[str]] = ..., alternatives: _Optional[_Iterable[_Union[_result_pb2.Alternative, _Mapping]]] = ..., explanation: _Optional[_Union[_result_pb2.Explanation, _Mapping]] = ..., solver: _Optional[_Union[_result_pb2.SolverInfo, _Mapping]] = ..., batch: _Optional[_Union[_result_pb2.BatchChoice, _Mapping]] = ...) -> None: ...
 
 class EvaluateRequest(_message.Message):
     __slots__ = ("model", "cluster", "training", "config", "search")
@@ -62,7 +64,7 @@ class EvaluateRequest(_message.Message):
     def __init__(self, model: _Optional[_Union[_spec_pb2.ModelSpec, _Mapping]] = ..., cluster: _Optional[_Union[_spec_pb2.ClusterSpec, _Mapping]] = ..., training: _Optional[_Union[_spec_pb2.TrainingSpec, _Mapping]] = ..., config: _Optional[_Union[_spec_pb2.ParallelConfig, _Mapping]] = ..., search: _Optional[_Union[_spec_pb2.SearchSpec, _Mapping]] = ...) -> None: ...
 
 class EvaluateResponse(_message.Message):
-    __slots__ = ("fits", "violations", "config", "num_parameters", "memory", "performance", "binding_wall", "warnings")
+    __slots__ = ("fits", "violations", "config", "num_parameters", "memory", "performance", "binding_wall", "warnings", "notes")
     FITS_FIELD_NUMBER: _ClassVar[int]
     VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +73,7 @@ class EvaluateResponse(_message.Message):
     PERFORMANCE_FIELD_NUMBER: _ClassVar[int]
     BINDING_WALL_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
     fits: bool
     violations: _containers.RepeatedScalarFieldContainer[str]
     config: _spec_pb2.ParallelConfig
@@ -79,7 +82,8 @@ class EvaluateResponse(_message.Message):
     performance: _result_pb2.Performance
     binding_wall: _result_pb2.Wall
     warnings: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, fits: _Optional[bool] = ..., violations: _Optional[_Iterable[str]] = ..., config: _Optional[_Union[_spec_pb2.ParallelConfig, _Mapping]] = ..., num_parameters: _Optional[_Union[_result_pb2.NumParameters, _Mapping]] = ..., memory: _Optional[_Union[_result_pb2.MemoryBill, _Mapping]] = ..., performance: _Optional[_Union[_result_pb2.Performance, _Mapping]] = ..., binding_wall: _Optional[_Union[_result_pb2.Wall, str]] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, fits: _Optional[bool] = ..., violations: _Optional[_Iterable[str]] = ..., config: _Optional[_Union[_spec_pb2.ParallelConfig, _Mapping]] = ..., num_parameters: _Optional[_Union[_result_pb2.NumParameters, _Mapping]] = ..., memory: _Optional[_Union[_result_pb2.MemoryBill, _Mapping]] = ..., performance: _Optional[_Union[_result_pb2.Performance, _Mapping]] = ..., binding_wall: _Optional[_Union[_result_pb2.Wall, str]] = ..., warnings: _Optional[_Iterable[str]] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PlanBatchRequest(_message.Message):
     __slots__ = ("requests",)

@@ -23,6 +23,13 @@ class Wall(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WALL_BUBBLE: _ClassVar[Wall]
     WALL_COMMUNICATION: _ClassVar[Wall]
     WALL_DP_CAP: _ClassVar[Wall]
+
+class BatchSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BATCH_SOURCE_UNSPECIFIED: _ClassVar[BatchSource]
+    BATCH_SOURCE_GLOBAL_BATCH: _ClassVar[BatchSource]
+    BATCH_SOURCE_CRITICAL_BATCH: _ClassVar[BatchSource]
+    BATCH_SOURCE_SCALING_LAW: _ClassVar[BatchSource]
 PLAN_STATUS_UNSPECIFIED: PlanStatus
 PLAN_STATUS_OPTIMAL: PlanStatus
 PLAN_STATUS_FEASIBLE: PlanStatus
@@ -34,6 +41,24 @@ WALL_WEIGHTS: Wall
 WALL_BUBBLE: Wall
 WALL_COMMUNICATION: Wall
 WALL_DP_CAP: Wall
+BATCH_SOURCE_UNSPECIFIED: BatchSource
+BATCH_SOURCE_GLOBAL_BATCH: BatchSource
+BATCH_SOURCE_CRITICAL_BATCH: BatchSource
+BATCH_SOURCE_SCALING_LAW: BatchSource
+
+class BatchChoice(_message.Message):
+    __slots__ = ("source", "cap_tokens", "train_tokens", "compute_flops", "reason")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CAP_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    source: BatchSource
+    cap_tokens: int
+    train_tokens: int
+    compute_flops: float
+    reason: str
+    def __init__(self, source: _Optional[_Union[BatchSource, str]] = ..., cap_tokens: _Optional[int] = ..., train_tokens: _Optional[int] = ..., compute_flops: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class NumParameters(_message.Message):
     __slots__ = ("total", "active")

@@ -98,18 +98,20 @@ class ClusterSpec(_message.Message):
     def __init__(self, gpu: _Optional[str] = ..., num_gpus: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., hbm_gib: _Optional[float] = ..., peak_bf16_tflops: _Optional[float] = ..., intra_node_gbps: _Optional[float] = ..., inter_node_gbps: _Optional[float] = ...) -> None: ...
 
 class TrainingSpec(_message.Message):
-    __slots__ = ("seq_len", "global_batch_tokens", "critical_batch_tokens", "precision", "framework")
+    __slots__ = ("seq_len", "global_batch_tokens", "critical_batch_tokens", "precision", "framework", "train_tokens")
     SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CRITICAL_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
     FRAMEWORK_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_TOKENS_FIELD_NUMBER: _ClassVar[int]
     seq_len: int
     global_batch_tokens: int
     critical_batch_tokens: int
     precision: Precision
     framework: Framework
-    def __init__(self, seq_len: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ..., critical_batch_tokens: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., framework: _Optional[_Union[Framework, str]] = ...) -> None: ...
+    train_tokens: int
+    def __init__(self, seq_len: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ..., critical_batch_tokens: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., framework: _Optional[_Union[Framework, str]] = ..., train_tokens: _Optional[int] = ...) -> None: ...
 
 class ParallelConfig(_message.Message):
     __slots__ = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches", "zero_stage", "recompute", "sequence_parallel")

@@ -39,6 +39,9 @@ def solve(
     s.parameters.symmetry_level = 0
     s.parameters.cp_model_presolve = False
     s.parameters.linearization_level = 0
+    # Ctrl-C belongs to the caller (it stops us through `stop`): CP-SAT's own SIGINT handler
+    # would end the search as if the time were up, then leave SIGINT at its default.
+    s.parameters.catch_sigint_signal = False
     done = threading.Event()
     watcher = None
     if stop is not None:

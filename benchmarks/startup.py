@@ -1,0 +1,111 @@
+"""Start-up time of the command line: `meshplan --help`, `--version` and `catalog`, each run as
+a fresh process (what a person or a script waits for), against the target of 0.3 s.
+
+Each command runs `--runs` times (after one warm-up run that fills the OS file cache); the table
+gives the best and the median wall time, and the modules each command imported that a fast
+start must not need (OR-Tools, numpy, pandas, matplotlib, gRPC, pydantic).
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from benchmarks.common import arg_parser, fmt_s, header, table, verdict, write_json
+
+TARGET_S = 0.3
+COMMANDS: tuple[tuple[str, ...], ...] = (("--help",), ("--version",), ("catalog",))
+HEAVY = ("ortools", "numpy", "pandas", "matplotlib", "grpc", "pydantic")
+_PROBE = (  # runs the CLI in-process, then names the heavy top-level modules it loaded
+    "import sys, contextlib, io\n"
+    "from meshplan.tools.cli import main\n"
+    "with contextlib.redirect_stdout(io.StringIO()):\n"
+    "    main(sys.argv[1:])\n"
+    f"heavy = {HEAVY!r}\n"
+    "print(' '.join(m for m in heavy if m in sys.modules))\n"
+)
+
+
+@dataclass
+class Measured:
+    """One command's start-up times (seconds) and the heavy modules it loaded."""
+
+    command: str
+    runs: list[float] = field(default_factory=list)
+    heavy_imports: list[str] = field(default_factory=list)
+    exit_status: int = 0
+
+    @property
+    def best(self) -> float:
+        return min(self.runs)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.runs)
+
+
+def measure(args: tuple[str, ...], runs: int) -> Measured:
+    """Wall time of `python -m meshplan ARGS` as a new process, `runs` times after a warm-up."""
+    argv = [sys.executable, "-m", "meshplan", *args]
+    m = Measured(" ".join(["meshplan", *args]))
+    subprocess.run(argv, capture_output=True, timeout=60, check=False)  # warm the file cache
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+        m.runs.append(time.perf_counter() - t0)
+        m.exit_status = max(m.exit_status, done.returncode)
+    probe = subprocess.run(
+        [sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, timeout=60
+    )
+    m.heavy_imports = probe.stdout.split()
+    return m
+
+
+def render(results: list[Measured]) -> str:
+    rows = [
+        [
+            r.command,
+            fmt_s(r.best),
+            fmt_s(r.median),
+            len(r.runs),
+            r.exit_status,
+            " ".join(r.heavy_imports) or "-",
+        ]
+        for r in results
+    ]
+    head = ["command", "best", "median", "runs", "exit", "heavy imports"]
+    return table(head, rows) + "\n" + summary_line(results)
+
+
+def summary_line(results: list[Measured]) -> str:
+    worst = max(results, key=lambda r: r.median)
+    return (
+        f"summary: start-up, the slowest median of {len(results)} commands is {worst.command}: "
+        f"{verdict(worst.median, TARGET_S)}; best {fmt_s(max(r.best for r in results))}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = arg_parser("startup", __doc__.split("\n\n")[0])
+    p.add_argument(
+        "--runs", type=int, default=0, metavar="N", help="runs per command (default 10; quick 3)"
+    )
+    a = p.parse_args(argv)
+    runs = a.runs or (3 if a.quick else 10)
+    print(header("startup", quick=a.quick, runs=runs, target_s=TARGET_S), flush=True)
+    results = [measure(args, runs) for args in COMMANDS]
+    print(render(results))
+    write_json(
+        a.json,
+        {
+            "benchmark": "startup",
+            "report": {
+                "target_s": TARGET_S,
+                "commands": [asdict(r) | {"best": r.best, "median": r.median} for r in results],
+            },
+        },
+    )
+    return 0 if all(r.exit_status == 0 for r in results) else 1
