@@ -141,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     ld = sub.add_parser("ladder", help="seed 000's ladder: the wall and the axis each rung adds")
     add_ladder_arguments(ld)
     ld.set_defaults(fn=cmd_ladder)
+    from meshplan.tools.cmd_scheduler import add_scheduler_commands
+
+    add_scheduler_commands(sub)  # curve, replan, admit, front
     return ap
 
 
