@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from meshplan.solver.arch import resolve_model
 from meshplan.solver.hardware import resolve_cluster
-from meshplan.solver.planner import plan
+from meshplan.solver.planner import check_pins, plan
 from meshplan.solver.results import PlanResult, PlanStatus
 from meshplan.solver.scheduler.answers import CellStatus
 from meshplan.solver.scheduler.requests import BatchPolicy, BatchPolicyKind
@@ -94,12 +95,23 @@ def _one(task: CellTask, training: TrainingSpec, search: SearchSpec, budget: Bud
     left = budget.remaining()
     limit = task.time_limit_s if left is None else max(min(task.time_limit_s, left), 1e-3)
     try:
-        res = plan(_request(task, training, search, limit), stop_event=budget.stop)
+        check_pins(resolve_model(task.model), resolve_cluster(task.cluster), search)
     except ValueError as err:  # a pin this count cannot hold (e.g. tp does not divide it)
         return CellOutcome(CellStatus.COUNT_NOT_USABLE, None, str(err))
+    req = _request(task, training, search, limit)
+    try:
+        res = plan(req, stop_event=budget.stop)
     except TimeoutError:
         budget.check()
         return CellOutcome(CellStatus.UNSOLVED, None, "no layout found within the time limit")
+    except ValueError:
+        if not task.explain:
+            raise
+        # The smallest-count search can step past the cluster-size cap: answer without it.
+        retry = req.model_copy(
+            update={"options": req.options.model_copy(update={"explain": False})}
+        )
+        res = plan(retry, stop_event=budget.stop)
     budget.check()  # a plan cut short by the stop event is not an answer
     if res.status is not PlanStatus.INFEASIBLE:
         return CellOutcome(CellStatus.PLANNED, res)

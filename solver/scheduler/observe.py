@@ -19,7 +19,7 @@ import numpy as np
 
 from meshplan.solver.results import TimeBreakdown
 
-RIDGE = 1e-3  # weight of the prior (c, m) = (1, 1) against one observation's squared error
+RIDGE = 1e-6  # weight of the prior (c, m) = (1, 1) against one observation's squared error
 MIN_FACTOR = 0.05  # factors are kept positive
 EXTRAPOLATION_DOUBLINGS = 1.0  # flag a cell more than 2x beyond the observed counts of its type
 MAX_BAND = 0.9  # the band never reaches zero step time
