@@ -141,18 +141,20 @@ def _batch(req: ReplanRequest) -> BatchPolicy:
 
 def _worst_receive(need_after: int, s0: int, s1: int, old_ranks: int) -> int:
     """Bytes the worst GPU receives of a tenant sharded s0 ways before and s1 ways after (1:
-    replicated), each holding a contiguous 1/s share, ranks keeping their order; rank r of the
-    s1 existed before iff r < old_ranks."""
-    worst = 0.0
+    replicated), each rank holding a contiguous 1/s share, ranks keeping their order; rank r of
+    the s1 existed before iff r < old_ranks. Exact: shares in units of 1/(s0*s1)."""
+    worst = 0
     for r in range(s1):
-        lo, hi = r / s1, (r + 1) / s1
-        if r < old_ranks:
-            olo, ohi = (0.0, 1.0) if s0 == 1 else (r / s0, (r + 1) / s0) if r < s0 else (0.0, 0.0)
-            kept = max(0.0, min(hi, ohi) - max(lo, olo))
+        lo, hi = r * s0, (r + 1) * s0  # the new share
+        if r >= old_ranks:
+            kept = 0
+        elif s0 == 1:
+            kept = hi - lo  # it held everything
         else:
-            kept = 0.0
-        worst = max(worst, (hi - lo) - kept)
-    return math.ceil(worst * need_after * s1)
+            olo, ohi = r * s1, (r + 1) * s1
+            kept = max(0, min(hi, ohi) - max(lo, olo)) if r < s0 else 0
+        worst = max(worst, s0 - kept)
+    return -(-worst * need_after // s0)
 
 
 def state_move(before: ParallelConfig, after: ParallelConfig, mem: MemoryBill) -> StateMove:
