@@ -87,7 +87,8 @@ def _before(req: ReplanRequest) -> tuple[Evaluation, list[str]]:
         )
     )
     notes = []
-    for v in ev.violations:
+    counts = ("is not the GPU count", "the cluster has")  # after the rules about the model
+    for v in sorted(ev.violations, key=lambda v: any(c in v for c in counts)):
         if v.startswith("memory:"):
             notes.append(f"the cost model says the running layout does not fit ({v})")
             continue
