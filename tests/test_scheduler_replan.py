@@ -7,8 +7,9 @@ import pytest
 
 from meshplan.solver import EvaluateRequest, evaluate
 from meshplan.solver.scheduler import CellStatus, ReplanRequest, SchedulerInputError, replan
-from meshplan.solver.scheduler.replan import _worst_receive, honours
+from meshplan.solver.scheduler.replan import honours
 from meshplan.solver.scheduler.requests import CompatibilityLevel
+from meshplan.solver.scheduler.state import _worst_receive
 
 RUNNING = {"tp": 8, "pp": 1, "dp": 8, "micro_batch_size": 1, "num_microbatches": 8,
            "zero_stage": 1, "recompute": "FULL"}  # fmt: skip

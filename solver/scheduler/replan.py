@@ -12,8 +12,8 @@ import math
 
 from meshplan.solver.hardware import resolve_cluster
 from meshplan.solver.planner import evaluate
-from meshplan.solver.results import Evaluation, MemoryBill
-from meshplan.solver.scheduler.answers import CellStatus, ReplanResult, ReplanRow, StateMove
+from meshplan.solver.results import Evaluation
+from meshplan.solver.scheduler.answers import CellStatus, ReplanResult, ReplanRow
 from meshplan.solver.scheduler.cache import AnswerCache
 from meshplan.solver.scheduler.cells import Budget, CellOutcome, CellSolver, CellTask, solve_cells
 from meshplan.solver.scheduler.key import cache_key, cost_model_version
@@ -24,6 +24,7 @@ from meshplan.solver.scheduler.requests import (
     CompatibilityLevel,
     ReplanRequest,
 )
+from meshplan.solver.scheduler.state import restart, state_move
 from meshplan.solver.scheduler.validate import (
     SchedulerInputError,
     check_batch,
@@ -37,7 +38,6 @@ LEVELS = (
     CompatibilityLevel.SAME_TP,
     CompatibilityLevel.FREE,
 )
-_SHAPE = ("tp", "pp", "cp", "ep", "virtual_stages")
 # Which field of the running layout a rule it breaks is about (space.violations' wording).
 _RULE_FIELD = (
     ("is not the GPU count", "dp"),
@@ -140,63 +140,6 @@ def _batch(req: ReplanRequest) -> BatchPolicy:
     return b
 
 
-def _worst_receive(need_after: int, s0: int, s1: int, old_ranks: int) -> int:
-    """Bytes the worst GPU receives of a tenant sharded s0 ways before and s1 ways after (1:
-    replicated), each rank holding a contiguous 1/s share, ranks keeping their order; rank r of
-    the s1 existed before iff r < old_ranks. Exact: shares in units of 1/(s0*s1)."""
-    worst = 0
-    for r in range(s1):
-        lo, hi = r * s0, (r + 1) * s0  # the new share
-        if r >= old_ranks:
-            kept = 0
-        elif s0 == 1:
-            kept = hi - lo  # it held everything
-        else:
-            olo, ohi = r * s1, (r + 1) * s1
-            kept = max(0, min(hi, ohi) - max(lo, olo)) if r < s0 else 0
-        worst = max(worst, s0 - kept)
-    return -(-worst * need_after // s0)
-
-
-def state_move(before: ParallelConfig, after: ParallelConfig, mem: MemoryBill) -> StateMove:
-    """What the worst GPU receives: everything when the model-parallel shape changes, else the
-    part of each data-parallel shard it did not hold (ZeRO-1+ shards the optimizer, ZeRO-3 the
-    weights, over dp*cp)."""
-    same = all(getattr(before, k) == getattr(after, k) for k in _SHAPE)
-    if not same:
-        w, o = mem.weights, mem.optimizer
-    else:
-        g0, g1 = before.dp * before.cp, after.dp * after.cp
-        o = _worst_receive(
-            mem.optimizer,
-            g0 if before.zero_stage >= 1 else 1,
-            g1 if after.zero_stage >= 1 else 1,
-            g0,
-        )
-        w = _worst_receive(
-            mem.weights, g0 if before.zero_stage == 3 else 1, g1 if after.zero_stage == 3 else 1, g0
-        )
-    return StateMove(
-        weights_bytes=w,
-        optimizer_bytes=o,
-        total_bytes=w + o,
-        state_bytes_per_gpu=mem.weights + mem.optimizer,
-    )
-
-
-def _restart(before: ParallelConfig, after: ParallelConfig) -> tuple[bool, str]:
-    changed = [k for k in _SHAPE if getattr(before, k) != getattr(after, k)]
-    if changed:
-        return True, f"{', '.join(changed)} change: the model is re-sharded from a checkpoint"
-    z0, z1 = before.zero_stage, after.zero_stage
-    if (z0 >= 1) != (z1 >= 1) or (z0 == 3) != (z1 == 3):
-        return True, f"the ZeRO stage changes what is sharded ({z0} -> {z1})"
-    return False, (
-        "only data parallelism and the batch split change: an elastic data-parallel resize "
-        "(torchft, Bamboo) keeps the model shards in place"
-    )
-
-
 def _task(
     req: ReplanRequest, n: int, batch: BatchPolicy, level: CompatibilityLevel, explain: bool
 ) -> CellTask:
@@ -242,7 +185,7 @@ def _row(
     if row.free_tokens_per_s:
         row.price_of_compatibility = max(0.0, 1 - perf.tokens_per_s / row.free_tokens_per_s)
     row.state_move = state_move(req.config, res.config, res.memory)
-    row.restart_implied, row.restart_reason = _restart(req.config, res.config)
+    row.restart_implied, row.restart_reason = restart(req.config, res.config)
     return row
 
 
