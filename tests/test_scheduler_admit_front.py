@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from meshplan.solver.scheduler import (
     AdmitRequest,
+    AnswerCache,
     CellStatus,
     FrontRequest,
     SchedulerInputError,
@@ -20,6 +21,7 @@ from meshplan.solver.scheduler.admit import curve_request
 from meshplan.solver.scheduler.front import curve_request as front_curve
 from meshplan.solver.scheduler.front import non_dominated
 
+CURVES: AnswerCache = AnswerCache(8)  # the tests share curves: the walk and its brute force
 MODEL = {"preset": "llama3-8b"}
 BATCH = {"kind": "FIXED_GLOBAL", "global_batch_tokens": 4096 * 256}
 CLUSTERS = [
@@ -37,7 +39,7 @@ def admit(**kw: object) -> AdmitRequest:
 
 def brute_force(req: AdmitRequest) -> dict[str, tuple[int, float] | None]:
     """Per type: (GPUs, finish) of the allocation the objective prefers, straight from the cells."""
-    curve = scaling_curve(curve_request(req))
+    curve = scaling_curve(curve_request(req), cache=CURVES)
     out = {}
     for t in req.clusters:
         best = None
@@ -81,7 +83,7 @@ def brute_force(req: AdmitRequest) -> dict[str, tuple[int, float] | None]:
 )
 def test_smallest_allocation_equals_a_brute_force_walk(change: dict) -> None:
     req = admit(**change)
-    res = smallest_allocation(req)
+    res = smallest_allocation(req, curves=CURVES)
     expect = brute_force(req)
     for a in res.allocations:
         want = expect[a.cluster]
@@ -133,13 +135,13 @@ def _dominated(p: tuple[float, float], others: list[tuple[float, float]]) -> boo
 
 
 def test_the_front_has_no_dominated_and_no_missing_point() -> None:
-    res = training_front(front())
+    res = training_front(front(), curves=CURVES)
     assert res.priced and len(res.points) >= 10
     for axis, flag in (("gpu_hours", "on_front_gpu_hours"), ("cost", "on_front_cost")):
         xy = [(p.days, getattr(p, axis)) for p in res.points]
         for p, q in zip(res.points, xy, strict=True):
             assert getattr(p, flag) == (not _dominated(q, xy)), (p.cluster, p.num_gpus_used)
-    curve = scaling_curve(front_curve(front()))  # the same cells the front read
+    curve = scaling_curve(front_curve(front()), cache=CURVES)  # the cells the front read
     planned = {(c.cluster, c.num_gpus_used) for c in curve.cells if c.status is CellStatus.PLANNED}
     assert {(p.cluster, p.num_gpus_used) for p in res.points} == planned
     for p in res.points:
