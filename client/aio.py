@@ -10,6 +10,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from meshplan.client.channel import DEFAULT_TIMEOUT_S, channel_options, make_target
 from meshplan.client.exceptions import REQUEST_ID_KEY, error_from_rpc
+from meshplan.client.scheduler import AsyncSchedulerClient
 from meshplan.client.sync import (
     BatchItem,
     Catalog,
@@ -26,7 +27,7 @@ from meshplan.solver.schema import EvaluateRequest, PlanRequest
 from meshplan.v1 import planner_pb2, planner_pb2_grpc
 
 
-class AsyncPlannerClient:
+class AsyncPlannerClient(AsyncSchedulerClient):
     """Asyncio client of meshplan.v1.Planner; use `async with AsyncPlannerClient(...) as c`."""
 
     def __init__(

@@ -23,6 +23,7 @@ from meshplan.client.exceptions import (
     error_from_parts,
     error_from_rpc,
 )
+from meshplan.client.scheduler import SchedulerClient
 from meshplan.server.convert import from_proto, to_proto
 from meshplan.solver.catalog import GpuSpec, ModelPreset
 from meshplan.solver.results import Evaluation, PlanResult
@@ -102,7 +103,7 @@ def new_request_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
-class PlannerClient:
+class PlannerClient(SchedulerClient):
     """Blocking client of meshplan.v1.Planner.
 
     `target` is one gRPC target or a list of IP:port addresses (balanced round-robin). Every call

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from meshplan.server.convert import FieldValueError, from_proto, to_proto
 from meshplan.server.limits import REQUEST_ID_KEY, CallState, RpcFailure, SolveSlots, track_call
+from meshplan.server.scheduler import SchedulerRpcs
 from meshplan.server.settings import Settings
 from meshplan.server.validate import (
     Violation,
@@ -51,7 +52,7 @@ def _takes_stop_event(fn: Callable[..., Any]) -> bool:
         return False
 
 
-class PlannerServicer(planner_pb2_grpc.PlannerServicer):
+class PlannerServicer(SchedulerRpcs, planner_pb2_grpc.PlannerServicer):
     """Converts, validates and limits; `plan_fn` / `evaluate_fn` do the work (tests swap them)."""
 
     def __init__(

@@ -101,6 +101,19 @@ def test_scaling_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert rep["by_space"][-1]["num_gpus"] == suite.SCALING_SPACE_QUICK_GPUS
 
 
+def test_scheduler_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import scheduler
+
+    rep = _run(scheduler, tmp_path, capsys)
+    assert rep["cells"] == 8 and 1 <= rep["planned"] <= 8
+    assert rep["cold_curve_s"] > 0 and rep["replan_s"] > 0 and rep["precompute_s"] > 0
+    for s in ("cached_grpc", "cached_inproc"):
+        _ordered(rep[s])
+    # a cache hit is a lookup: far faster than computing the curve it returns
+    assert rep["cached_grpc"]["p50"] < rep["cold_curve_s"] / 10
+    assert rep["precompute_rows"] == 3
+
+
 def test_dispatch(capsys: pytest.CaptureFixture[str]) -> None:
     assert dispatch([]) == 2
     assert dispatch(["no-such-benchmark"]) == 2

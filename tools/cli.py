@@ -90,6 +90,34 @@ COMMANDS: tuple[Command, ...] = (
         "add_ladder_arguments",
         "cmd_ladder",
     ),
+    Command(
+        "curve",
+        "throughput over (GPU type, count): the envelope, knee and bands a scheduler reads",
+        "meshplan.tools.cmd_scheduler",
+        "add_curve_arguments",
+        "run_curve",
+    ),
+    Command(
+        "replan",
+        "the layout after losing or gaining nodes, at a compatibility level",
+        "meshplan.tools.cmd_scheduler",
+        "add_replan_arguments",
+        "run_replan",
+    ),
+    Command(
+        "admit",
+        "the fewest (or cheapest) GPUs per type that finish the work by a deadline",
+        "meshplan.tools.cmd_scheduler",
+        "add_admit_arguments",
+        "run_admit",
+    ),
+    Command(
+        "front",
+        "days against GPU-hours and cost for a token budget (the Pareto front)",
+        "meshplan.tools.cmd_scheduler",
+        "add_front_arguments",
+        "run_front",
+    ),
 )
 
 

@@ -24,36 +24,37 @@ _sym_db = _symbol_database.Default()
 
 from meshplan.v1 import catalog_pb2 as meshplan_dot_v1_dot_catalog__pb2
 from meshplan.v1 import result_pb2 as meshplan_dot_v1_dot_result__pb2
+from meshplan.v1 import scheduler_pb2 as meshplan_dot_v1_dot_scheduler__pb2
 from meshplan.v1 import spec_pb2 as meshplan_dot_v1_dot_spec__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19meshplan/v1/planner.proto\x12\x0bmeshplan.v1\x1a\x19meshplan/v1/catalog.proto\x1a\x18meshplan/v1/result.proto\x1a\x16meshplan/v1/spec.proto\"\xdc\x01\n\x0bPlanRequest\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.meshplan.v1.ModelSpec\x12)\n\x07\x63luster\x18\x02 \x01(\x0b\x32\x18.meshplan.v1.ClusterSpec\x12+\n\x08training\x18\x03 \x01(\x0b\x32\x19.meshplan.v1.TrainingSpec\x12\'\n\x06search\x18\x04 \x01(\x0b\x32\x17.meshplan.v1.SearchSpec\x12%\n\x07options\x18\x05 \x01(\x0b\x32\x14.meshplan.v1.Options\"\xdc\x03\n\x0cPlanResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.meshplan.v1.PlanStatus\x12+\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1b.meshplan.v1.ParallelConfig\x12\x32\n\x0enum_parameters\x18\x03 \x01(\x0b\x32\x1a.meshplan.v1.NumParameters\x12\'\n\x06memory\x18\x04 \x01(\x0b\x32\x17.meshplan.v1.MemoryBill\x12-\n\x0bperformance\x18\x05 \x01(\x0b\x32\x18.meshplan.v1.Performance\x12\'\n\x0c\x62inding_wall\x18\x06 \x01(\x0e\x32\x11.meshplan.v1.Wall\x12\x10\n\x08warnings\x18\x07 \x03(\t\x12.\n\x0c\x61lternatives\x18\x08 \x03(\x0b\x32\x18.meshplan.v1.Alternative\x12-\n\x0b\x65xplanation\x18\t \x01(\x0b\x32\x18.meshplan.v1.Explanation\x12\'\n\x06solver\x18\n \x01(\x0b\x32\x17.meshplan.v1.SolverInfo\x12\'\n\x05\x62\x61tch\x18< \x01(\x0b\x32\x18.meshplan.v1.BatchChoice\"\xe6\x01\n\x0f\x45valuateRequest\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.meshplan.v1.ModelSpec\x12)\n\x07\x63luster\x18\x02 \x01(\x0b\x32\x18.meshplan.v1.ClusterSpec\x12+\n\x08training\x18\x03 \x01(\x0b\x32\x19.meshplan.v1.TrainingSpec\x12+\n\x06\x63onfig\x18\x04 \x01(\x0b\x32\x1b.meshplan.v1.ParallelConfig\x12\'\n\x06search\x18\x05 \x01(\x0b\x32\x17.meshplan.v1.SearchSpec\"\xb7\x02\n\x10\x45valuateResponse\x12\x0c\n\x04\x66its\x18\x01 \x01(\x08\x12\x12\n\nviolations\x18\x02 \x03(\t\x12+\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x1b.meshplan.v1.ParallelConfig\x12\x32\n\x0enum_parameters\x18\x04 \x01(\x0b\x32\x1a.meshplan.v1.NumParameters\x12\'\n\x06memory\x18\x05 \x01(\x0b\x32\x17.meshplan.v1.MemoryBill\x12-\n\x0bperformance\x18\x06 \x01(\x0b\x32\x18.meshplan.v1.Performance\x12\'\n\x0c\x62inding_wall\x18\x07 \x01(\x0e\x32\x11.meshplan.v1.Wall\x12\x10\n\x08warnings\x18\x08 \x03(\t\x12\r\n\x05notes\x18< \x03(\t\">\n\x10PlanBatchRequest\x12*\n\x08requests\x18\x01 \x03(\x0b\x32\x18.meshplan.v1.PlanRequest\"\x83\x01\n\x11PlanBatchResponse\x12\r\n\x05index\x18\x01 \x01(\x05\x12+\n\x06result\x18\x02 \x01(\x0b\x32\x19.meshplan.v1.PlanResponseH\x00\x12\'\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x16.meshplan.v1.ItemErrorH\x00\x42\t\n\x07outcome\"a\n\tItemError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x35\n\x10\x66ield_violations\x18\x03 \x03(\x0b\x32\x1b.meshplan.v1.FieldViolation\"4\n\x0e\x46ieldViolation\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\"\x14\n\x12ListCatalogRequest\"a\n\x13ListCatalogResponse\x12\"\n\x04gpus\x18\x01 \x03(\x0b\x32\x14.meshplan.v1.GpuInfo\x12&\n\x06models\x18\x02 \x03(\x0b\x32\x16.meshplan.v1.ModelInfo2\xaf\x02\n\x07Planner\x12;\n\x04Plan\x12\x18.meshplan.v1.PlanRequest\x1a\x19.meshplan.v1.PlanResponse\x12G\n\x08\x45valuate\x12\x1c.meshplan.v1.EvaluateRequest\x1a\x1d.meshplan.v1.EvaluateResponse\x12L\n\tPlanBatch\x12\x1d.meshplan.v1.PlanBatchRequest\x1a\x1e.meshplan.v1.PlanBatchResponse0\x01\x12P\n\x0bListCatalog\x12\x1f.meshplan.v1.ListCatalogRequest\x1a .meshplan.v1.ListCatalogResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19meshplan/v1/planner.proto\x12\x0bmeshplan.v1\x1a\x19meshplan/v1/catalog.proto\x1a\x18meshplan/v1/result.proto\x1a\x1bmeshplan/v1/scheduler.proto\x1a\x16meshplan/v1/spec.proto\"\xdc\x01\n\x0bPlanRequest\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.meshplan.v1.ModelSpec\x12)\n\x07\x63luster\x18\x02 \x01(\x0b\x32\x18.meshplan.v1.ClusterSpec\x12+\n\x08training\x18\x03 \x01(\x0b\x32\x19.meshplan.v1.TrainingSpec\x12\'\n\x06search\x18\x04 \x01(\x0b\x32\x17.meshplan.v1.SearchSpec\x12%\n\x07options\x18\x05 \x01(\x0b\x32\x14.meshplan.v1.Options\"\xdc\x03\n\x0cPlanResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.meshplan.v1.PlanStatus\x12+\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1b.meshplan.v1.ParallelConfig\x12\x32\n\x0enum_parameters\x18\x03 \x01(\x0b\x32\x1a.meshplan.v1.NumParameters\x12\'\n\x06memory\x18\x04 \x01(\x0b\x32\x17.meshplan.v1.MemoryBill\x12-\n\x0bperformance\x18\x05 \x01(\x0b\x32\x18.meshplan.v1.Performance\x12\'\n\x0c\x62inding_wall\x18\x06 \x01(\x0e\x32\x11.meshplan.v1.Wall\x12\x10\n\x08warnings\x18\x07 \x03(\t\x12.\n\x0c\x61lternatives\x18\x08 \x03(\x0b\x32\x18.meshplan.v1.Alternative\x12-\n\x0b\x65xplanation\x18\t \x01(\x0b\x32\x18.meshplan.v1.Explanation\x12\'\n\x06solver\x18\n \x01(\x0b\x32\x17.meshplan.v1.SolverInfo\x12\'\n\x05\x62\x61tch\x18< \x01(\x0b\x32\x18.meshplan.v1.BatchChoice\"\xe6\x01\n\x0f\x45valuateRequest\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.meshplan.v1.ModelSpec\x12)\n\x07\x63luster\x18\x02 \x01(\x0b\x32\x18.meshplan.v1.ClusterSpec\x12+\n\x08training\x18\x03 \x01(\x0b\x32\x19.meshplan.v1.TrainingSpec\x12+\n\x06\x63onfig\x18\x04 \x01(\x0b\x32\x1b.meshplan.v1.ParallelConfig\x12\'\n\x06search\x18\x05 \x01(\x0b\x32\x17.meshplan.v1.SearchSpec\"\xb7\x02\n\x10\x45valuateResponse\x12\x0c\n\x04\x66its\x18\x01 \x01(\x08\x12\x12\n\nviolations\x18\x02 \x03(\t\x12+\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x1b.meshplan.v1.ParallelConfig\x12\x32\n\x0enum_parameters\x18\x04 \x01(\x0b\x32\x1a.meshplan.v1.NumParameters\x12\'\n\x06memory\x18\x05 \x01(\x0b\x32\x17.meshplan.v1.MemoryBill\x12-\n\x0bperformance\x18\x06 \x01(\x0b\x32\x18.meshplan.v1.Performance\x12\'\n\x0c\x62inding_wall\x18\x07 \x01(\x0e\x32\x11.meshplan.v1.Wall\x12\x10\n\x08warnings\x18\x08 \x03(\t\x12\r\n\x05notes\x18< \x03(\t\">\n\x10PlanBatchRequest\x12*\n\x08requests\x18\x01 \x03(\x0b\x32\x18.meshplan.v1.PlanRequest\"\x83\x01\n\x11PlanBatchResponse\x12\r\n\x05index\x18\x01 \x01(\x05\x12+\n\x06result\x18\x02 \x01(\x0b\x32\x19.meshplan.v1.PlanResponseH\x00\x12\'\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x16.meshplan.v1.ItemErrorH\x00\x42\t\n\x07outcome\"a\n\tItemError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x35\n\x10\x66ield_violations\x18\x03 \x03(\x0b\x32\x1b.meshplan.v1.FieldViolation\"4\n\x0e\x46ieldViolation\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\"\x14\n\x12ListCatalogRequest\"a\n\x13ListCatalogResponse\x12\"\n\x04gpus\x18\x01 \x03(\x0b\x32\x14.meshplan.v1.GpuInfo\x12&\n\x06models\x18\x02 \x03(\x0b\x32\x16.meshplan.v1.ModelInfo2\x86\x05\n\x07Planner\x12;\n\x04Plan\x12\x18.meshplan.v1.PlanRequest\x1a\x19.meshplan.v1.PlanResponse\x12G\n\x08\x45valuate\x12\x1c.meshplan.v1.EvaluateRequest\x1a\x1d.meshplan.v1.EvaluateResponse\x12L\n\tPlanBatch\x12\x1d.meshplan.v1.PlanBatchRequest\x1a\x1e.meshplan.v1.PlanBatchResponse0\x01\x12P\n\x0bListCatalog\x12\x1f.meshplan.v1.ListCatalogRequest\x1a .meshplan.v1.ListCatalogResponse\x12S\n\x0cScalingCurve\x12 .meshplan.v1.ScalingCurveRequest\x1a!.meshplan.v1.ScalingCurveResponse\x12\x41\n\x06Replan\x12\x1a.meshplan.v1.ReplanRequest\x1a\x1b.meshplan.v1.ReplanResponse\x12\x65\n\x12SmallestAllocation\x12&.meshplan.v1.SmallestAllocationRequest\x1a\'.meshplan.v1.SmallestAllocationResponse\x12V\n\rTrainingFront\x12!.meshplan.v1.TrainingFrontRequest\x1a\".meshplan.v1.TrainingFrontResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'meshplan.v1.planner_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PLANREQUEST']._serialized_start=120
-  _globals['_PLANREQUEST']._serialized_end=340
-  _globals['_PLANRESPONSE']._serialized_start=343
-  _globals['_PLANRESPONSE']._serialized_end=819
-  _globals['_EVALUATEREQUEST']._serialized_start=822
-  _globals['_EVALUATEREQUEST']._serialized_end=1052
-  _globals['_EVALUATERESPONSE']._serialized_start=1055
-  _globals['_EVALUATERESPONSE']._serialized_end=1366
-  _globals['_PLANBATCHREQUEST']._serialized_start=1368
-  _globals['_PLANBATCHREQUEST']._serialized_end=1430
-  _globals['_PLANBATCHRESPONSE']._serialized_start=1433
-  _globals['_PLANBATCHRESPONSE']._serialized_end=1564
-  _globals['_ITEMERROR']._serialized_start=1566
-  _globals['_ITEMERROR']._serialized_end=1663
-  _globals['_FIELDVIOLATION']._serialized_start=1665
-  _globals['_FIELDVIOLATION']._serialized_end=1717
-  _globals['_LISTCATALOGREQUEST']._serialized_start=1719
-  _globals['_LISTCATALOGREQUEST']._serialized_end=1739
-  _globals['_LISTCATALOGRESPONSE']._serialized_start=1741
-  _globals['_LISTCATALOGRESPONSE']._serialized_end=1838
-  _globals['_PLANNER']._serialized_start=1841
-  _globals['_PLANNER']._serialized_end=2144
+  _globals['_PLANREQUEST']._serialized_start=149
+  _globals['_PLANREQUEST']._serialized_end=369
+  _globals['_PLANRESPONSE']._serialized_start=372
+  _globals['_PLANRESPONSE']._serialized_end=848
+  _globals['_EVALUATEREQUEST']._serialized_start=851
+  _globals['_EVALUATEREQUEST']._serialized_end=1081
+  _globals['_EVALUATERESPONSE']._serialized_start=1084
+  _globals['_EVALUATERESPONSE']._serialized_end=1395
+  _globals['_PLANBATCHREQUEST']._serialized_start=1397
+  _globals['_PLANBATCHREQUEST']._serialized_end=1459
+  _globals['_PLANBATCHRESPONSE']._serialized_start=1462
+  _globals['_PLANBATCHRESPONSE']._serialized_end=1593
+  _globals['_ITEMERROR']._serialized_start=1595
+  _globals['_ITEMERROR']._serialized_end=1692
+  _globals['_FIELDVIOLATION']._serialized_start=1694
+  _globals['_FIELDVIOLATION']._serialized_end=1746
+  _globals['_LISTCATALOGREQUEST']._serialized_start=1748
+  _globals['_LISTCATALOGREQUEST']._serialized_end=1768
+  _globals['_LISTCATALOGRESPONSE']._serialized_start=1770
+  _globals['_LISTCATALOGRESPONSE']._serialized_end=1867
+  _globals['_PLANNER']._serialized_start=1870
+  _globals['_PLANNER']._serialized_end=2516
 # @@protoc_insertion_point(module_scope)

@@ -1,5 +1,6 @@
 from meshplan.v1 import catalog_pb2 as _catalog_pb2
 from meshplan.v1 import result_pb2 as _result_pb2
+from meshplan.v1 import scheduler_pb2 as _scheduler_pb2
 from meshplan.v1 import spec_pb2 as _spec_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor

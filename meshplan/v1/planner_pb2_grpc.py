@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from meshplan.v1 import planner_pb2 as meshplan_dot_v1_dot_planner__pb2
+from meshplan.v1 import scheduler_pb2 as meshplan_dot_v1_dot_scheduler__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
@@ -59,6 +60,26 @@ class PlannerStub:
                 request_serializer=meshplan_dot_v1_dot_planner__pb2.ListCatalogRequest.SerializeToString,
                 response_deserializer=meshplan_dot_v1_dot_planner__pb2.ListCatalogResponse.FromString,
                 _registered_method=True)
+        self.ScalingCurve = channel.unary_unary(
+                '/meshplan.v1.Planner/ScalingCurve',
+                request_serializer=meshplan_dot_v1_dot_scheduler__pb2.ScalingCurveRequest.SerializeToString,
+                response_deserializer=meshplan_dot_v1_dot_scheduler__pb2.ScalingCurveResponse.FromString,
+                _registered_method=True)
+        self.Replan = channel.unary_unary(
+                '/meshplan.v1.Planner/Replan',
+                request_serializer=meshplan_dot_v1_dot_scheduler__pb2.ReplanRequest.SerializeToString,
+                response_deserializer=meshplan_dot_v1_dot_scheduler__pb2.ReplanResponse.FromString,
+                _registered_method=True)
+        self.SmallestAllocation = channel.unary_unary(
+                '/meshplan.v1.Planner/SmallestAllocation',
+                request_serializer=meshplan_dot_v1_dot_scheduler__pb2.SmallestAllocationRequest.SerializeToString,
+                response_deserializer=meshplan_dot_v1_dot_scheduler__pb2.SmallestAllocationResponse.FromString,
+                _registered_method=True)
+        self.TrainingFront = channel.unary_unary(
+                '/meshplan.v1.Planner/TrainingFront',
+                request_serializer=meshplan_dot_v1_dot_scheduler__pb2.TrainingFrontRequest.SerializeToString,
+                response_deserializer=meshplan_dot_v1_dot_scheduler__pb2.TrainingFrontResponse.FromString,
+                _registered_method=True)
 
 
 class PlannerServicer:
@@ -97,6 +118,34 @@ class PlannerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ScalingCurve(self, request, context):
+        """Throughput over (GPU type, GPU count) under one batch policy, with envelope and knee.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Replan(self, request, context):
+        """The layout after losing or gaining nodes, at a compatibility level.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SmallestAllocation(self, request, context):
+        """The fewest (or cheapest) GPUs per type that finish the work by a deadline.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TrainingFront(self, request, context):
+        """Days against GPU-hours and cost for a token budget: the Pareto front.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlannerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -119,6 +168,26 @@ def add_PlannerServicer_to_server(servicer, server):
                     servicer.ListCatalog,
                     request_deserializer=meshplan_dot_v1_dot_planner__pb2.ListCatalogRequest.FromString,
                     response_serializer=meshplan_dot_v1_dot_planner__pb2.ListCatalogResponse.SerializeToString,
+            ),
+            'ScalingCurve': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScalingCurve,
+                    request_deserializer=meshplan_dot_v1_dot_scheduler__pb2.ScalingCurveRequest.FromString,
+                    response_serializer=meshplan_dot_v1_dot_scheduler__pb2.ScalingCurveResponse.SerializeToString,
+            ),
+            'Replan': grpc.unary_unary_rpc_method_handler(
+                    servicer.Replan,
+                    request_deserializer=meshplan_dot_v1_dot_scheduler__pb2.ReplanRequest.FromString,
+                    response_serializer=meshplan_dot_v1_dot_scheduler__pb2.ReplanResponse.SerializeToString,
+            ),
+            'SmallestAllocation': grpc.unary_unary_rpc_method_handler(
+                    servicer.SmallestAllocation,
+                    request_deserializer=meshplan_dot_v1_dot_scheduler__pb2.SmallestAllocationRequest.FromString,
+                    response_serializer=meshplan_dot_v1_dot_scheduler__pb2.SmallestAllocationResponse.SerializeToString,
+            ),
+            'TrainingFront': grpc.unary_unary_rpc_method_handler(
+                    servicer.TrainingFront,
+                    request_deserializer=meshplan_dot_v1_dot_scheduler__pb2.TrainingFrontRequest.FromString,
+                    response_serializer=meshplan_dot_v1_dot_scheduler__pb2.TrainingFrontResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -234,6 +303,114 @@ class Planner:
             '/meshplan.v1.Planner/ListCatalog',
             meshplan_dot_v1_dot_planner__pb2.ListCatalogRequest.SerializeToString,
             meshplan_dot_v1_dot_planner__pb2.ListCatalogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScalingCurve(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/meshplan.v1.Planner/ScalingCurve',
+            meshplan_dot_v1_dot_scheduler__pb2.ScalingCurveRequest.SerializeToString,
+            meshplan_dot_v1_dot_scheduler__pb2.ScalingCurveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Replan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/meshplan.v1.Planner/Replan',
+            meshplan_dot_v1_dot_scheduler__pb2.ReplanRequest.SerializeToString,
+            meshplan_dot_v1_dot_scheduler__pb2.ReplanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SmallestAllocation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/meshplan.v1.Planner/SmallestAllocation',
+            meshplan_dot_v1_dot_scheduler__pb2.SmallestAllocationRequest.SerializeToString,
+            meshplan_dot_v1_dot_scheduler__pb2.SmallestAllocationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TrainingFront(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/meshplan.v1.Planner/TrainingFront',
+            meshplan_dot_v1_dot_scheduler__pb2.TrainingFrontRequest.SerializeToString,
+            meshplan_dot_v1_dot_scheduler__pb2.TrainingFrontResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,114 @@
+"""Observations: a per-job correction of the cost model, its band and the extrapolation flag.
+
+The step time of a cell splits into compute-like time C (compute, recomputation, optimizer) and
+communication time K (exposed tp/cp/ep/pp/dp traffic), the pipeline bubble shared between them
+in proportion. The job's correction is T = c*C + m*K: (c, m) minimise the squared relative error
+over the observations, with a small ridge towards (1, 1) that only decides what the observations
+cannot tell apart (one observation, or no communication in any of them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import numpy as np
+
+from meshplan.solver.results import TimeBreakdown
+
+RIDGE = 1e-6  # weight of the prior (c, m) = (1, 1) against one observation's squared error
+MIN_FACTOR = 0.05  # factors are kept positive
+EXTRAPOLATION_DOUBLINGS = 1.0  # flag a cell more than 2x beyond the observed counts of its type
+MAX_BAND = 0.9  # the band never reaches zero step time
+
+
+def split(b: TimeBreakdown) -> tuple[float, float]:
+    """(compute-like, communication) seconds of a step, the bubble shared in proportion."""
+    comp = b.compute_s + b.recompute_s + b.optimizer_s
+    comm = b.tp_comm_s + b.cp_comm_s + b.ep_comm_s + b.pp_comm_s + b.dp_comm_s
+    total = comp + comm
+    share = comp / total if total > 0 else 1.0
+    return comp + b.bubble_s * share, comm + b.bubble_s * (1 - share)
+
+
+@cache
+def prior_error() -> float | None:
+    """The cost model's p90 relative MFU error over the published runs it was fitted to (read
+    from fitted.json's fit report), or None when the report does not carry it."""
+    try:
+        text = resources.files("meshplan.solver.costmodel").joinpath("fitted.json").read_text()
+        value = json.loads(text)["fit"]["errors_after"]["all"]["mfu_p90"]
+    except (FileNotFoundError, KeyError, TypeError, ValueError):
+        return None
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def _solve(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """(c, m) for rows (C, K, T_measured)."""
+    x = np.array([[c / t, k / t] for c, k, t in rows], dtype=float).reshape(-1, 2)
+    lhs = x.T @ x + RIDGE * np.eye(2)
+    rhs = x.T @ np.ones(len(rows)) + RIDGE * np.ones(2)
+    c, m = np.linalg.solve(lhs, rhs)
+    return max(float(c), MIN_FACTOR), max(float(m), MIN_FACTOR)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The fitted correction and its error."""
+
+    compute_factor: float
+    communication_factor: float
+    relative_error: float  # band half-width at an observed count (fraction)
+    residuals: list[float]  # predicted / measured - 1 per observation, after the fit
+    observed: dict[str, tuple[int, int]]  # per cluster label: (fewest, most) GPUs observed
+    prior: float | None
+
+    def time(self, comp: float, comm: float) -> float:
+        return self.compute_factor * comp + self.communication_factor * comm
+
+    def band(self, cluster: str, num_gpus: int) -> tuple[float, bool]:
+        """(relative half-width of the step time, extrapolates) of a cell."""
+        if cluster not in self.observed:
+            return max(self.relative_error, self.prior or 0.0), True
+        lo, hi = self.observed[cluster]
+        d = max(math.log2(num_gpus / hi), math.log2(lo / num_gpus), 0.0)
+        return self.relative_error * (1 + d), d > EXTRAPOLATION_DOUBLINGS
+
+
+def fit(rows: list[tuple[str, int, float, float, float]]) -> Fit:
+    """Rows (cluster, num_gpus, C, K, T_measured): the correction, its leave-one-out error and
+    residuals. With one observation the error is the cost model's own (prior_error)."""
+    data = [(c, k, t) for _, _, c, k, t in rows]
+    cf, mf = _solve(data)
+    residuals = [(cf * c + mf * k) / t - 1 for c, k, t in data]
+    if len(data) >= 2:
+        loo = []
+        for i, (c, k, t) in enumerate(data):
+            ci, mi = _solve(data[:i] + data[i + 1 :])
+            loo.append(abs((ci * c + mi * k) / t - 1))
+        err = max(loo)
+    else:
+        err = prior_error() or 0.0
+    observed: dict[str, tuple[int, int]] = {}
+    for cluster, n, *_ in rows:
+        lo, hi = observed.get(cluster, (n, n))
+        observed[cluster] = (min(lo, n), max(hi, n))
+    return Fit(cf, mf, min(err, MAX_BAND), residuals, observed, prior_error())
+
+
+def tokens_band(tokens_per_s: float, half_width: float) -> tuple[float, float]:
+    """(slow, fast) tokens/s for a step time within +-half_width."""
+    e = min(half_width, MAX_BAND)
+    return tokens_per_s / (1 + e), tokens_per_s / (1 - e)
+
+
+NOTE = (
+    "band: the step time within +-e, where e is the largest leave-one-out error of the fit "
+    "(with one observation, the cost model's p90 error over its calibration runs), widened by "
+    "(1 + d) for a cell d doublings beyond the counts observed on its GPU type; a cell more "
+    f"than {2**EXTRAPOLATION_DOUBLINGS:g}x beyond them, or on a type never observed, "
+    "extrapolates"
+)
