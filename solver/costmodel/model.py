@@ -62,6 +62,8 @@ class CostModel:
             reserve_default(search.memory_reserve_gib),
             search.memory_fragmentation,
             recipe or recipe_for(training.framework, training.precision),
+            training.framework,
+            training.fused_attention,
         )
         self.rates = Rates(self.ctx)
         ideal = arch.model_flops_per_token(training.seq_len) / (hw.num_gpus * hw.peak_bf16)

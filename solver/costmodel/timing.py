@@ -73,7 +73,7 @@ class Rates:
         return self.moe_frac * vol / (self.c.H.inter_bw * self.c.K.link_eff) * self.c.K.eps_ep
 
     def ep_factor(self, te: tuple[int, int]) -> Fraction:
-        tp, ep = te
+        tp, ep = te[0], te[1]  # te is (tp, ep, etp)
         if ep == 1:
             return Fraction(0)
         ratio = self.c.H.inter_bw / self.c.H.link_bw(tp * ep)
