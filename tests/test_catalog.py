@@ -8,6 +8,7 @@ from importlib.resources import files
 import pytest
 from pydantic import ValidationError
 
+from meshplan.solver.arch import resolve_model
 from meshplan.solver.catalog import (
     GpuSpec,
     ModelPreset,
@@ -16,7 +17,6 @@ from meshplan.solver.catalog import (
     gpu_names,
     model_names,
 )
-from meshplan.solver.arch import resolve_model
 from meshplan.solver.schema import ModelSpec, MoESpec
 
 REQUIRED_GPUS = {
