@@ -101,6 +101,20 @@ def violations(
     return out
 
 
+def launcher_violations(p: Point, A: Arch, training: TrainingSpec, prof: Profile) -> list[str]:
+    """What a framework cannot express in a layout, the cluster aside (tools/export.py)."""
+    lay, out = p.lay, []
+    if not tp_divides_model(A, lay.tp):
+        out.append(f"tp ({lay.tp}) must divide the heads, KV heads and FFN width")
+    if lay.pp * p.v > A.L:
+        out.append(f"pp*virtual_stages ({lay.pp}*{p.v}) exceeds the layers ({A.L})")
+    if lay.pp == 1 and p.v > 1:
+        out.append("virtual_stages > 1 needs pp > 1")
+    if training.precision is Precision.FP8 and not prof.fp8:
+        out.append(f"{prof.title} has no FP8 training recipe")
+    return out + _expert_violations(p, A, prof) + _framework_violations(p, A, training, prof)
+
+
 def _expert_violations(p: Point, A: Arch, prof: Profile) -> list[str]:
     lay, out = p.lay, []
     if not A.is_moe:
@@ -137,9 +151,9 @@ def _framework_violations(p: Point, A: Arch, training: TrainingSpec, prof: Profi
         if lay.dp * lay.cp == 1:
             out.append(f"zero_stage {p.z} has nothing to shard over a single data-parallel rank")
         else:
-            ok = ", ".join(f"{z} ({prof.zero_names.get(z, z)})" for z in sorted(zs))
+            ok = " or ".join(f"{z} ({prof.zero_names.get(z, z)})" for z in sorted(zs))
             where = "with pipelining" if lay.pp > 1 else "without pipelining"
-            out.append(f"{name} runs zero_stage {ok} {where}, not {p.z}")
+            out.append(f"{name} runs zero_stage {ok} {where}, not zero_stage {p.z}")
     if p.v > 1 and not prof.interleaving:
         out.append(f"{name} has no interleaved pipeline (virtual_stages {p.v})")
     elif not interleave_ok(prof, lay.pp, p.v, p.M):
