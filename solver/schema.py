@@ -186,6 +186,35 @@ class TrainingSpec(_Strict):
             "them, 5 bytes per head per token pair (Korthikanti et al. 2022, eq. 2)."
         ),
     )
+    tp_comm_overlap: bool | None = Field(
+        default=None,
+        description=(
+            "Overlap tp collectives with the GEMMs (Megatron --tp-comm-overlap, torchtitan async "
+            "TP); None: the framework profile's default."
+        ),
+    )
+    dp_comm_overlap: bool | None = Field(
+        default=None,
+        description=(
+            "Overlap the dp/FSDP gradient reduce and parameter gather with compute (Megatron "
+            "--overlap-grad-reduce --overlap-param-gather, FSDP prefetch); None: the profile's "
+            "default."
+        ),
+    )
+    cp_comm_overlap: bool | None = Field(
+        default=None,
+        description=(
+            "Overlap the context-parallel ring K/V exchange with attention blocks; None: the "
+            "profile's default."
+        ),
+    )
+    ep_comm_overlap: bool | None = Field(
+        default=None,
+        description=(
+            "Overlap the expert all-to-all with another micro-batch's compute (Megatron "
+            "--overlap-moe-expert-parallel-comm); None: the profile's default."
+        ),
+    )
 
     @model_validator(mode="after")
     def _batch(self) -> TrainingSpec:
