@@ -39,7 +39,7 @@ def oracle(req: PlanRequest) -> OracleResult:
     n = 0
     for g in counts:
         for t in range(1, max(H.gpn, q.tp) + 1):
-            for p in range(1, A.L + 1):
+            for p in range(1, A.L + 3):  # a profile may add embedding and loss chunks
                 if g % (t * p):
                     continue
                 for c in divisors(g // (t * p)):

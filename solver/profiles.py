@@ -10,7 +10,7 @@ express; `tools/export.py` then writes it in the framework's own format.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from meshplan.solver.schema import Framework, Precision
@@ -77,6 +77,7 @@ class Recipe:
     reduce_bytes: int = 0  # FSDP2 no-sync: bytes per parameter reduce-scattered once per step
     sharded_master_only: bool = False  # ZeRO-3 keeps no sharded compute copy (FSDP2 fp32 params)
     root_gather: bool = True  # ZeRO-3 counts the gathered output layer / embedding unit
+    extra_weights: int = 0  # bytes of the embedding and output weights when not `weights`
     activations: str = "seed002"  # stored-activation form (costmodel/memory.py)
     tp_exposed: bool = False  # tp collectives never overlap compute (else the fitted eps_tp)
 
@@ -91,6 +92,7 @@ class Profile:
     zero_stages_pipelined: frozenset[int]  # ... with pp > 1
     zero_names: Mapping[int, str]  # what each stage is called in the framework
     interleaving: bool  # virtual pipeline stages (v > 1)
+    extra_chunks: int  # pipeline chunks beyond the layers (embedding, loss as chunks of their own)
     interleave_whole_rounds: bool  # v > 1 needs num_microbatches to be a multiple of pp
     context_parallel: bool  # cp > 1
     sequence_parallel_required: bool  # tp > 1 always shards the sequence
@@ -99,6 +101,7 @@ class Profile:
     expert_parallel: bool  # ep > 1 expressible in the planner's layout (ep inside tp·cp·dp)
     fp8: bool  # has an FP8 training recipe
     fp8_with_tp: bool  # FP8 composes with tp > 1
+    fp8_zero_min: int  # least ZeRO stage its FP8 recipe needs over a data-parallel group
     moe_with_pp: bool  # MoE layers in a pipeline
     tied_with_pp: bool  # tied embeddings in a pipeline
     bf16: Recipe
@@ -111,14 +114,18 @@ class Profile:
     def source(self) -> str:
         return SOURCES[self.framework]
 
-    def recipe(self, precision: Precision) -> Recipe:
-        return self.fp8_recipe if precision is Precision.FP8 else self.bf16
+    def recipe(self, precision: Precision, grad_reduce_in_bf16: bool = False) -> Recipe:
+        r = self.fp8_recipe if precision is Precision.FP8 else self.bf16
+        if grad_reduce_in_bf16 and self.framework is Framework.MEGATRON:
+            return replace(r, gradients=2)  # --grad-reduce-in-bf16: bf16 main gradients
+        return r
 
-    def zero_allowed(self, pp: int, dp_cp: int) -> frozenset[int]:
+    def zero_allowed(self, pp: int, dp_cp: int, fp8: bool = False) -> frozenset[int]:
         """ZeRO stages for a layout: none to shard over a single data-parallel rank."""
         if dp_cp == 1:
             return frozenset({0})
-        return self.zero_stages if pp == 1 else self.zero_stages_pipelined
+        zs = self.zero_stages if pp == 1 else self.zero_stages_pipelined
+        return frozenset(z for z in zs if z >= self.fp8_zero_min) if fp8 else zs
 
     def etp_values(self, tp: int, moe: bool) -> list[int]:
         """Expert tensor-parallel degrees this framework can pair with tp."""
@@ -132,10 +139,12 @@ class Profile:
 # full-size buffer unless --grad-reduce-in-bf16), fp32 master weights and Adam moments: 18 bytes,
 # "6 + 12/d" with --use-distributed-optimizer. Its vocab-parallel cross-entropy upcasts the logits
 # to fp32 and keeps the fp32 softmax for backward, next to the bf16 logits: 6 bytes an element
-# (megatron/core/tensor_parallel/cross_entropy.py). Transformer Engine caches each linear weight
-# as FP8 (rowwise and columnwise copies, 1 + 1 bytes) across the micro-batches of a step when
-# Megatron passes is_first_microbatch (TransformerEngine module/linear.py; Megatron
-# extensions/transformer_engine.py); Megatron-FSDP drops that cache (megatron_fsdp.md).
+# (megatron/core/tensor_parallel/cross_entropy.py). Its FP8 recipe is Transformer Engine's with
+# FP8 parameters (--fp8-param-gather, as NeMo's bf16_with_fp8_mixed sets fp8_params): each linear
+# weight is stored as FP8 (1 byte) and TE caches its columnwise copy for the step (1 byte; module/
+# linear.py, cached across micro-batches when Megatron passes is_first_microbatch); embedding and
+# output stay bf16. --fp8-param-gather needs the distributed optimizer or FSDP (arguments.py);
+# Megatron-FSDP drops the cached copy (megatron_fsdp.md).
 _MEGATRON = Recipe(2, 4, 12, logits=6, activations="megatron")
 
 MEGATRON = Profile(
@@ -158,6 +167,8 @@ MEGATRON = Profile(
     # v0.13); the interleaved schedule groups pp micro-batches per chunk by default
     # (microbatch_group_size_per_vp_stage = pp) and refuses a remainder below pp (schedules.py).
     interleaving=True,
+    # --pipeline-model-parallel-layout may give the embedding and the loss chunks of their own
+    extra_chunks=2,
     interleave_whole_rounds=True,
     context_parallel=True,
     sequence_parallel_required=False,
@@ -167,10 +178,13 @@ MEGATRON = Profile(
     expert_parallel=True,
     fp8=True,
     fp8_with_tp=True,
+    fp8_zero_min=1,
     moe_with_pp=True,
     tied_with_pp=True,
     bf16=_MEGATRON,
-    fp8_recipe=Recipe(2, 4, 12, fp8_weight_cache=2, logits=6, activations="megatron"),
+    fp8_recipe=Recipe(
+        1, 4, 12, fp8_weight_cache=1, extra_weights=2, logits=6, activations="megatron"
+    ),
     export="megatron",
     timing_key="MEGATRON",
 )
@@ -194,6 +208,7 @@ TORCHTITAN = Profile(
         {0: "no data parallelism", 1: "FSDP2 under pipelining", 3: "FSDP2"}
     ),
     interleaving=True,  # Interleaved1F1B; module_fqns_per_model_part places any split
+    extra_chunks=0,
     interleave_whole_rounds=False,
     context_parallel=True,
     sequence_parallel_required=True,  # TP plans always shard the sequence (SequenceParallel)
@@ -202,6 +217,7 @@ TORCHTITAN = Profile(
     expert_parallel=True,
     fp8=True,
     fp8_with_tp=True,
+    fp8_zero_min=0,
     moe_with_pp=True,
     tied_with_pp=True,
     bf16=_TORCHTITAN,
@@ -226,6 +242,7 @@ DEEPSPEED = Profile(
     zero_stages_pipelined=frozenset({0, 1}),
     zero_names=MappingProxyType({0: "ZeRO-0", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}),
     interleaving=False,  # PipelineModule: one stage per rank
+    extra_chunks=0,
     interleave_whole_rounds=False,
     context_parallel=False,
     sequence_parallel_required=False,
@@ -234,6 +251,7 @@ DEEPSPEED = Profile(
     expert_parallel=True,  # --moe-expert-parallel-size groups carved out of data parallelism
     fp8=False,
     fp8_with_tp=False,
+    fp8_zero_min=0,
     moe_with_pp=True,
     tied_with_pp=True,
     bf16=_DEEPSPEED,
@@ -281,6 +299,7 @@ KEMPNERFORGE = Profile(
         {0: "dp_replicate", 1: "dp_shard under pipelining", 3: "dp_shard (FSDP2)"}
     ),
     interleaving=False,  # build_stage_module: one stage per pp rank
+    extra_chunks=0,
     interleave_whole_rounds=False,
     context_parallel=False,  # distributed.cp exists but nothing applies it (a stub)
     sequence_parallel_required=True,
@@ -291,6 +310,7 @@ KEMPNERFORGE = Profile(
     expert_parallel=False,
     fp8=True,
     fp8_with_tp=False,  # config/job.py: "FP8 + Tensor Parallelism is not yet supported"
+    fp8_zero_min=0,
     moe_with_pp=False,  # config/job.py: "MoE + Pipeline Parallelism is not supported"
     tied_with_pp=False,  # config/job.py: tied embeddings are not supported with pp
     bf16=_KEMPNERFORGE,
@@ -307,6 +327,7 @@ GENERIC = Profile(
     zero_stages_pipelined=frozenset({0, 1, 2, 3}),
     zero_names=MappingProxyType({z: f"ZeRO-{z}" for z in range(4)}),
     interleaving=True,
+    extra_chunks=0,
     interleave_whole_rounds=False,
     context_parallel=True,
     sequence_parallel_required=False,
@@ -315,6 +336,7 @@ GENERIC = Profile(
     expert_parallel=True,
     fp8=True,
     fp8_with_tp=True,
+    fp8_zero_min=0,
     moe_with_pp=True,
     tied_with_pp=True,
     bf16=Recipe(2, 2, 12),

@@ -79,8 +79,8 @@ def violations(
         out.append(f"tp ({lay.tp}) must divide the FFN width")
     if s % (2 * lay.tp * lay.cp):
         out.append(f"seq_len ({s}) must be divisible by 2*tp*cp = {2 * lay.tp * lay.cp}")
-    if lay.pp > A.L or lay.pp * c.v > A.L:
-        out.append(f"pp*virtual_stages ({lay.pp}*{c.v}) exceeds the layers ({A.L})")
+    if lay.pp * c.v > A.L + prof.extra_chunks:
+        out.append(f"pp*virtual_stages ({lay.pp}*{c.v}) exceeds {_chunks(A, prof)}")
     if lay.pp == 1 and c.v > 1:
         out.append("virtual_stages > 1 needs pp > 1")
     out += _expert_violations(p, A, prof)
@@ -106,13 +106,19 @@ def launcher_violations(p: Point, A: Arch, training: TrainingSpec, prof: Profile
     lay, out = p.lay, []
     if not tp_divides_model(A, lay.tp):
         out.append(f"tp ({lay.tp}) must divide the heads, KV heads and FFN width")
-    if lay.pp * p.v > A.L:
-        out.append(f"pp*virtual_stages ({lay.pp}*{p.v}) exceeds the layers ({A.L})")
+    if lay.pp * p.v > A.L + prof.extra_chunks:
+        out.append(f"pp*virtual_stages ({lay.pp}*{p.v}) exceeds {_chunks(A, prof)}")
     if lay.pp == 1 and p.v > 1:
         out.append("virtual_stages > 1 needs pp > 1")
     if training.precision is Precision.FP8 and not prof.fp8:
         out.append(f"{prof.title} has no FP8 training recipe")
     return out + _expert_violations(p, A, prof) + _framework_violations(p, A, training, prof)
+
+
+def _chunks(A: Arch, prof: Profile) -> str:
+    if prof.extra_chunks:
+        return f"the layers ({A.L}) + {prof.extra_chunks} (embedding and loss chunks)"
+    return f"the layers ({A.L})"
 
 
 def _expert_violations(p: Point, A: Arch, prof: Profile) -> list[str]:
@@ -146,14 +152,18 @@ def _expert_violations(p: Point, A: Arch, prof: Profile) -> list[str]:
 def _framework_violations(p: Point, A: Arch, training: TrainingSpec, prof: Profile) -> list[str]:
     """What the framework of the request cannot express (solver/profiles.py cites each rule)."""
     lay, out, name = p.lay, [], prof.title
-    zs = prof.zero_allowed(lay.pp, lay.dp * lay.cp)
+    fp8 = training.precision is Precision.FP8
+    zs = prof.zero_allowed(lay.pp, lay.dp * lay.cp, fp8)
     if p.z not in zs:
         if lay.dp * lay.cp == 1:
             out.append(f"zero_stage {p.z} has nothing to shard over a single data-parallel rank")
         else:
             ok = " or ".join(f"{z} ({prof.zero_names.get(z, z)})" for z in sorted(zs))
             where = "with pipelining" if lay.pp > 1 else "without pipelining"
-            out.append(f"{name} runs zero_stage {ok} {where}, not zero_stage {p.z}")
+            why = ""
+            if fp8 and p.z < prof.fp8_zero_min:
+                why = " (its FP8 parameters need the distributed optimizer)"
+            out.append(f"{name} runs zero_stage {ok} {where}, not zero_stage {p.z}{why}")
     if p.v > 1 and not prof.interleaving:
         out.append(f"{name} has no interleaved pipeline (virtual_stages {p.v})")
     elif not interleave_ok(prof, lay.pp, p.v, p.M):

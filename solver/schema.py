@@ -179,6 +179,13 @@ class TrainingSpec(_Strict):
             "export (default MEGATRON: Megatron-Core with Transformer Engine)."
         ),
     )
+    grad_reduce_in_bf16: bool = Field(
+        default=False,
+        description=(
+            "Keep and reduce the main gradients in bf16 (2 bytes per parameter) instead of fp32 "
+            "(Megatron-LM --grad-reduce-in-bf16; NeMo's grad_sync_dtype bf16); MEGATRON only."
+        ),
+    )
     fused_attention: bool = Field(
         default=True,
         description=(

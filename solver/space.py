@@ -154,7 +154,8 @@ class Space:
 
     def zero_values(self, row: Layout) -> list[int]:
         """ZeRO stages the framework runs on this layout, within the space's (pinned) stages."""
-        ok = self.profile.zero_allowed(row.pp, row.dp * row.cp)
+        fp8 = self.training.precision is Precision.FP8
+        ok = self.profile.zero_allowed(row.pp, row.dp * row.cp, fp8)
         return [z for z in self.zs if z in ok]
 
     def _generate(self, n: int, prune: bool = True) -> None:
@@ -175,7 +176,7 @@ class Space:
                     if c > 1 and not prof.context_parallel:
                         continue
                     for p in divisors(g // (t * c)):
-                        if p > A.L or (q.pp and p != q.pp) or (no_pp and p > 1):
+                        if p > A.L + prof.extra_chunks or (q.pp and p != q.pp) or (no_pp and p > 1):
                             continue
                         d = g // (t * c * p)
                         if q.dp and d != q.dp:
@@ -210,7 +211,7 @@ class Space:
                 for r in self.layouts
                 for v in vs
                 if (v == 1 or (r.pp > 1 and prof.interleaving))
-                and r.pp * v <= A.L
+                and r.pp * v <= A.L + prof.extra_chunks
                 and (not q.virtual_stages or v == q.virtual_stages)
             }
         )

@@ -105,8 +105,9 @@ def megatron(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profi
         ("--seq-length", t.seq_len),
         ("--max-position-embeddings", t.seq_len),
     ]
-    if c.recompute is Recompute.SELECTIVE:
-        args.append(("--recompute-granularity", "selective"))
+    if c.recompute is Recompute.SELECTIVE:  # the attention core (and the experts' activation)
+        modules = ["core_attn", "moe_act"] if A.is_moe else ["core_attn"]
+        args += [("--recompute-granularity", "selective"), ("--recompute-modules", modules)]
     elif c.recompute is Recompute.FULL:
         args += [
             ("--recompute-granularity", "full"),
@@ -123,8 +124,14 @@ def megatron(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profi
             ("--ckpt-format", "fsdp_dtensor"),
         ]
     args += [("--bf16", None), ("--transformer-impl", "transformer_engine")]
-    if t.precision is Precision.FP8:
-        args.append(("--fp8-format", "hybrid"))  # Transformer Engine FP8 GEMMs, bf16 params
+    if t.precision is Precision.FP8:  # TE FP8 GEMMs with FP8 parameters (the profile's recipe)
+        args += [
+            ("--fp8-format", "hybrid"),
+            ("--fp8-recipe", "tensorwise"),  # current scaling: moe_act recompute needs it
+            ("--fp8-param-gather", None),
+        ]
+    if t.grad_reduce_in_bf16:
+        args.append(("--grad-reduce-in-bf16", None))
     args.append(("--attention-backend", "flash" if t.fused_attention else "unfused"))
     args += _megatron_model(A)
     head = [f"# {summary(c, t, seqs, prof)}", "# Megatron-LM arguments for pretrain_gpt.py"]

@@ -10,14 +10,16 @@ framework profile (`Recipe.activations`).
   fused attention, no dropout and RMSNorm (FlashAttention keeps q, k, v, its output and per-row
   statistics, Dao et al. 2022): the two norm inputs (2·2h), the two norm outputs feeding the
   column-parallel linears (2·2h), q and the attention output (2·2·a·d), k and v (2·2·kv·d) and
-  the MLP's intermediates (4f, 8f gated: gate, up, their product). Megatron's sequence
+  the MLP's intermediates (4f; gated, 8f in eager PyTorch: gate, up, silu(gate) and the product,
+  6f with Megatron's fused SwiGLU). Megatron's sequence
   parallelism keeps only its sequence shard of the norm outputs and gathers it again in backward
   (Korthikanti §4.2.2), so every tensor is split over tp; DTensor TP (torchtitan, KempnerForge)
   saves the all-gathered input of each column-parallel matmul, whole on every tp rank.
 
 Without fused attention the scores add 5·a·s bytes per token (Korthikanti eq. 2: softmax, its
 dropout mask and output). Selective recomputation: Megatron recomputes the core attention, which
-keeps nothing else once attention is fused; torchtitan's op-level policy keeps the block input,
+keeps nothing else once attention is fused, and the routed experts' activation functions
+(--recompute-modules core_attn moe_act; transformer_config.py); torchtitan's op-level policy keeps the block input,
 every other matmul output (q, v, w1, w2) and the attention output (torchtitan
 distributed/activation_checkpoint.py: _save_list, "every second mm" recomputed); KempnerForge
 checkpoints the attention module (kempnerforge/distributed/parallel.py apply_ac). Full
@@ -64,7 +66,9 @@ def _layer(c: Ctx, lay: Layout, r: Recompute, width: int, routed: int) -> float:
         return _textbook(c, lay, r, width, routed)
     A, T = c.A, lay.tp
     h, aw, kvw = A.h, A.attn_width, A.kv * A.head_dim
-    gate = 8 if A.gated else 4
+    # gated MLP: Megatron's fused fc1 [gate | up] and SwiGLU keep fc1's output and fc2's input
+    # (6f; megatron/core/fusions/fused_bias_swiglu.py), eager PyTorch also silu(gate) (8f)
+    gate = (6 if form == "megatron" else 8) if A.gated else 4
     mlp = gate * width + ACT_BYTES * routed * h
     scores = 5.0 * A.a * c.s if (r is Recompute.NONE and not c.fused_attention) else 0.0
     if r is Recompute.SELECTIVE and form == "torchtitan":
@@ -75,6 +79,8 @@ def _layer(c: Ctx, lay: Layout, r: Recompute, width: int, routed: int) -> float:
         return (4.0 * h + 2.0 * h) / _sp(lay) + 2.0 * h + mlp / T
     split = 4.0 * aw + 4.0 * kvw + mlp + scores
     if form == "megatron":
+        if r is Recompute.SELECTIVE and routed:
+            split -= 2.0 * A.fe * routed  # moe_act: the routed experts' activation outputs
         return (8.0 * h) / _sp(lay) + split / T
     return (4.0 * h) / _sp(lay) + 4.0 * h + split / T  # the gathered linear inputs: whole
 

@@ -17,9 +17,9 @@ __all__ = ["ACT_BYTES", "LOGIT_BYTES", "STATE_BYTES", "Ctx", "Recipe", "recipe_f
 STATE_BYTES = {Precision.BF16: (2, 2, 12), Precision.FP8: (1, 2, 6)}
 
 
-def recipe_for(framework: Framework, precision: Precision) -> Recipe:
+def recipe_for(framework: Framework, precision: Precision, grad_bf16: bool = False) -> Recipe:
     """The memory recipe of a framework profile (solver/profiles.py)."""
-    return profile_of(framework).recipe(precision)
+    return profile_of(framework).recipe(precision, grad_bf16)
 
 
 @dataclass(frozen=True)

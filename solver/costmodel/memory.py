@@ -68,7 +68,9 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         def dense(lay: Layout, sh: bool, nb=nbytes, keep=keep) -> float:
             return dense_tp(lay) * nb * (keep / (lay.dp * lay.cp) if sh else 1)
 
-        def extra(lay: Layout, sh: bool, nb=nbytes, keep=keep) -> float:
+        enb = rc.extra_weights if (tenant == "weights" and rc.extra_weights) else nbytes
+
+        def extra(lay: Layout, sh: bool, nb=enb, keep=keep) -> float:
             return _extras(c, lay, stage) * nb * (keep / (lay.dp * lay.cp) if sh else 1)
 
         terms.append(Term(tenant, dense, sel="z", key=key, pv=pv_stage))
@@ -124,7 +126,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     g = 2 * c.wb + c.gb
 
     def gathered(lay: Layout, on: bool) -> float:
-        root = c.wb * _extras(c, lay, stage) if rc.root_gather else 0.0
+        root = (rc.extra_weights or c.wb) * _extras(c, lay, stage) if rc.root_gather else 0.0
         return g * dense_tp(lay) + root if on else 0.0
 
     terms.append(Term("weights", gathered, sel="z", key=z3))
