@@ -22,8 +22,8 @@ LOGIT_BYTES = 12  # non-fused cross-entropy on .float() logits (see TORCHTITAN b
 SOURCES: Mapping[Framework, str] = MappingProxyType(
     {
         Framework.GENERIC: (
-            "seed 002 of this project's textbook (Rajbhandari et al. 2020, ZeRO §3: 2 + 2 + 12 "
-            "bytes per parameter in mixed precision; the FP8 recipe 1 + 2 + 6)"
+            "the textbook recipe: Rajbhandari et al. 2020 (ZeRO §3: 2 + 2 + 12 bytes per "
+            "parameter in mixed precision) and DeepSeek-V3's FP8 recipe as 1 + 2 + 6"
         ),
         Framework.MEGATRON: (
             "NVIDIA/Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553: "
@@ -54,7 +54,7 @@ SOURCES: Mapping[Framework, str] = MappingProxyType(
             "KempnerInstitute/KempnerForge @ 5666d0d161539998210f99f16f986b1ab76cbffe: "
             "kempnerforge/config/{job,distributed,training}.py, "
             "kempnerforge/distributed/{parallel,pipeline_parallel,utils}.py, scripts/train.py; "
-            "the memory recipe from the seed-001 runs (solver/catalog/NOTES.md §4)"
+            "the memory recipe fitted to its published benchmarks (solver/catalog/NOTES.md §4)"
         ),
     }
 )
