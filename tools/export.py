@@ -22,6 +22,7 @@ from meshplan.solver.profiles import PROFILES, Profile, profile_of
 from meshplan.solver.rules import launcher_violations
 from meshplan.solver.schema import Framework, ModelSpec, ParallelConfig, TrainingSpec
 from meshplan.tools import export_formats as fmt
+from meshplan.tools import export_toml
 
 KINDS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed", "kempnerforge")
 FRAMEWORK_OF: dict[str, Framework] = {
@@ -59,9 +60,9 @@ def emit(
     _check(kind, prof, Point.from_config(c), A, training)
     render = {
         "megatron": fmt.megatron,
-        "torchtitan": fmt.torchtitan,
+        "torchtitan": export_toml.torchtitan,
         "deepspeed": fmt.deepspeed,
-        "kempnerforge": fmt.kempnerforge,
+        "kempnerforge": export_toml.kempnerforge,
     }[kind]
     return render(c, A, training, seqs, prof)
 
