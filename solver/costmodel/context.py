@@ -7,6 +7,7 @@ from fractions import Fraction
 
 from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel.constants import Constants
+from meshplan.solver.costmodel.framework_timing import Overlaps
 from meshplan.solver.hardware import GIB, Hardware
 from meshplan.solver.schema import Framework, Precision
 
@@ -80,6 +81,8 @@ class Ctx:
     reserve_bytes: int
     fragmentation: float
     recipe: Recipe = field(default_factory=lambda: Recipe(*STATE_BYTES[Precision.BF16]))
+    framework: Framework = Framework.GENERIC  # the profile: its overlaps and kernels (timing)
+    overlaps: Overlaps | None = None  # the profile's overlaps with the request's switches
 
     @property
     def wb(self) -> int:
