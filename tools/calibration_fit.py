@@ -28,16 +28,19 @@ from meshplan.tools.calibration import RunResult, evaluate_runs, with_constants
 from meshplan.tools.calibration_data import CalibrationRun
 
 HUBER = 0.10  # pseudo-Huber scale of the log error: errors below ~10% count quadratically
-PRIOR_WEIGHT = 0.02  # residual weight of one constant's distance to its prior (logit units)
+PRIOR_WEIGHT = 0.01  # residual weight of one logit unit (one sigma) from a constant's prior
 
 
 @dataclass(frozen=True)
 class Param:
-    """One fitted constant: a field of Constants or one entry of a dict field ("eta:H100")."""
+    """One fitted constant: a field of Constants or one entry of a dict field ("eta:H100"),
+    its bounds, and how well its prior is known (sigma: width of the prior in logit units; a
+    tighter prior pulls harder)."""
 
     name: str
     lo: float
     hi: float
+    sigma: float = 1.0
 
     def get(self, k: Constants) -> float:
         if ":" in self.name:
@@ -50,19 +53,19 @@ class Param:
 PARAMS = (
     Param("eta:A100", 0.40, 0.95),
     Param("eta:H100", 0.40, 0.95),  # H200 shares it (same GH100 die)
-    Param("clock:h100-sxm-96gb", 0.60, 1.00),  # torchtitan's 500 W HBM2e H100s
-    Param("kernel_eff:TORCH", 0.50, 1.20),
-    Param("attn_eff:TE", 0.20, 1.00),
-    Param("attn_eff:TORCH", 0.10, 1.00),
-    Param("fp8_eff", 0.50, 1.00),
+    Param("clock:h100-sxm-96gb", 0.60, 1.00, 0.3),  # the cube-root power law is a good prior
+    Param("kernel_eff:TORCH", 0.50, 1.20, 0.5),
+    Param("attn_eff:TE", 0.20, 1.00, 0.5),
+    Param("attn_eff:TORCH", 0.10, 1.00, 0.5),
+    Param("fp8_eff", 0.50, 1.00, 0.5),
     Param("mem_exposed", 0.0, 1.0),
-    Param("eps_tp", 0.0, 1.0),
-    Param("eps_cp", 0.0, 1.0),
-    Param("eps_ep", 0.0, 1.0),
-    Param("omega", 0.0, 1.0),
-    Param("link_eff", 0.40, 1.00),
+    Param("eps_tp", 0.0, 1.0, 0.5),
+    Param("eps_cp", 0.0, 1.0, 0.5),
+    Param("eps_ep", 0.0, 1.0, 0.5),
+    Param("omega", 0.0, 1.0, 0.5),
+    Param("link_eff", 0.40, 1.00, 0.3),  # NCCL bus bandwidth is well measured (~0.8 of links)
     Param("kappa0", 0.0, 300e-6),
-    Param("alpha_inter", 1e-6, 30e-6),
+    Param("alpha_inter", 1e-6, 30e-6, 0.5),
 )
 
 
@@ -148,6 +151,7 @@ def fit(
     n_src = {s: sum(p.run.source == s for p in prep) for s in sources}
     w = np.array([1.0 / math.sqrt(n_src[p.run.source] * len(sources)) for p in prep])
     x0 = np.array([_to_unit(p, p.get(base)) for p in params])
+    inv_sigma = np.array([1.0 / p.sigma for p in params])
     evals = 0
 
     def residuals(x: np.ndarray) -> np.ndarray:
@@ -155,7 +159,7 @@ def fit(
         evals += 1
         k = constants_of(base, [_from_unit(p, v) for p, v in zip(params, x, strict=True)], params)
         e = log_errors(prep, k)
-        return np.concatenate([w * _huber_root(e), PRIOR_WEIGHT * (x - x0)])
+        return np.concatenate([w * _huber_root(e), PRIOR_WEIGHT * inv_sigma * (x - x0)])
 
     x, lam = x0.copy(), 1e-2
     r = residuals(x)
