@@ -222,6 +222,14 @@ class TrainingSpec(_Strict):
             "--overlap-moe-expert-parallel-comm); None: the profile's default."
         ),
     )
+    ep_dispatch_dedup: bool | None = Field(
+        default=None,
+        description=(
+            "Dispatch each token once per remote node and fan it out over NVLink (DeepEP, "
+            "Megatron --moe-enable-deepep), instead of once per remote expert; None: the "
+            "profile's default."
+        ),
+    )
 
     @model_validator(mode="after")
     def _batch(self) -> TrainingSpec:

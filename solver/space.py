@@ -104,6 +104,7 @@ class Space:
     te: list[tuple[int, int, int]] = field(default_factory=list)  # (tp, ep, etp)
     rs: list[Recompute] = field(default_factory=list)
     zs: list[int] = field(default_factory=list)
+    _zcache: dict = field(default_factory=dict, repr=False)  # zero_values by (pp > 1, dp·cp > 1)
 
     @staticmethod
     def build(
@@ -154,9 +155,15 @@ class Space:
 
     def zero_values(self, row: Layout) -> list[int]:
         """ZeRO stages the framework runs on this layout, within the space's (pinned) stages."""
-        fp8 = self.training.precision is Precision.FP8
-        ok = self.profile.zero_allowed(row.pp, row.dp * row.cp, fp8)
-        return [z for z in self.zs if z in ok]
+        return self._zero_values(row.pp > 1, row.dp * row.cp > 1)
+
+    def _zero_values(self, pipelined: bool, sharded: bool) -> list[int]:
+        k = (pipelined, sharded, tuple(self.zs))
+        if k not in self._zcache:
+            fp8 = self.training.precision is Precision.FP8
+            ok = self.profile.zero_allowed(1 + pipelined, 1 + sharded, fp8)
+            self._zcache[k] = [z for z in self.zs if z in ok]
+        return self._zcache[k]
 
     def _generate(self, n: int, prune: bool = True) -> None:
         A, q, s, prof = self.A, self.search, self.training.seq_len, self.profile
@@ -198,10 +205,16 @@ class Space:
         }
         dps = {d for d, _, _ in db}
         rows = {r for r in rows if r.dp in dps}
-        self.all_layouts = sorted(rows)
+        order = lambda r: (r.tp, r.pp, r.cp, r.dp, r.gpus, r.sp)  # noqa: E731  Layout's order
+        self.all_layouts = sorted(rows, key=order)
         self.db_all = sorted(db)
-        self.te_all = sorted({x for r in self.all_layouts for x in self._te_of(r, groups)})
-        self.layouts = sorted(self._prune(rows) if prune else rows)
+        te_of: dict[tuple[int, int], list] = {}  # rows with one tp and dp·cp share their groups
+        for r in self.all_layouts:
+            k = (r.tp, r.dp * r.cp)
+            if k not in te_of:
+                te_of[k] = self._te_of(r, groups)
+        self.te_all = sorted({x for v in te_of.values() for x in v})
+        self.layouts = sorted(self._prune(rows), key=order) if prune else list(self.all_layouts)
         keep_d = {r.dp for r in self.layouts}
         self.db = [x for x in self.db_all if x[0] in keep_d]
         vs = range(1, q.max_virtual_stages + 1)
@@ -215,7 +228,7 @@ class Space:
                 and (not q.virtual_stages or v == q.virtual_stages)
             }
         )
-        self.te = sorted({x for r in self.layouts for x in self._te_of(r, groups)})
+        self.te = sorted({x for k in {(r.tp, r.dp * r.cp) for r in self.layouts} for x in te_of[k]})
         pps = {p for p, _ in self.pv}
         self.layouts = [r for r in self.layouts if r.pp in pps]
 

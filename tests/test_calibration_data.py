@@ -75,9 +75,9 @@ def test_megatron_weak_scaling_tflops_convert_by_megatrons_formula(runs) -> None
     assert megatron_flops_per_token(A, 4096) == pytest.approx(by_hand)
     assert r.tokens_per_s_per_gpu == pytest.approx(408.8e12 / by_hand)
     assert r.training.precision is Precision.BF16 and r.config.virtual_stages == 1
-    # tp 8 pp 16 on 112 layers: 7 layers per stage, odd, so one layer per chunk
+    # no interleaving is named: Megatron's default, one chunk per stage
     big = runs["mcore_r080_h100_weak_462B_6144gpu"]
-    assert (big.config.pp, big.config.virtual_stages, big.config.num_microbatches) == (16, 7, 64)
+    assert (big.config.pp, big.config.virtual_stages, big.config.num_microbatches) == (16, 1, 64)
     assert big.training.tp_comm_overlap and big.training.dp_comm_overlap
     # strong scaling: the 177B weak row's tp 8 pp 6, dp = GPUs/48, same 1,152 sequences
     s = runs["mcore_r080_h100_strong_gpt177B_4608gpu"]

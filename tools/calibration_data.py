@@ -120,8 +120,7 @@ _MCORE_DEFAULTS = [
     "GPT shape: ffn 4h, multi-head attention, GELU, tied embeddings (Megatron's defaults)",
     "H100 SXM 80 GB, 8 per node",
     "micro-batch 1; no recomputation (none is named)",
-    "interleaved 1F1B with 2 layers per model chunk (1 where a stage's layer count is odd), the "
-    "granularity of NVIDIA's recipes (GPT-3 175B VP=12 at pp 8, Llama 3.1 405B VP=7 at pp 9)",
+    "1F1B without interleaving (Megatron's default; no virtual stages are named)",
     "distributed optimizer (ZeRO-1), sequence parallelism with tp > 1; tp, dp and pp overlaps "
     "on as the README states (--tp-comm-overlap --overlap-grad-reduce --overlap-param-gather)",
     "strong scaling: tp 8, pp 6 (the 177B row of the weak-scaling table; the plotted GPU "
@@ -182,7 +181,8 @@ DEFAULTS = {
         " distributed optimizer with overlapped grad reduce / param gather, sequence parallelism,"
         " no --tp-comm-overlap, force-balanced routing; FSDP runs as ZeRO-3",
         "recompute 'norm, act' (layer norms and the MoE activation only) scored as none in time",
-        "1F1B A2A overlap only in the run marked '+1f1b overlap'",
+        "1F1B A2A overlap only in the run marked '+1f1b overlap'; DeepEP runs dispatch each "
+        "token once per remote node",
     ],
 }
 
@@ -464,11 +464,6 @@ def _megatron_source(rid: str) -> str:
     raise ValueError(f"unknown source for run {rid}")
 
 
-def _chunks_per_stage(layers_per_stage: int) -> int:
-    """Interleaving assumed where a Megatron source does not state it: 2 layers per chunk."""
-    return layers_per_stage // 2 if layers_per_stage % 2 == 0 else layers_per_stage
-
-
 def _run_from_megatron(rec: dict[str, Any]) -> CalibrationRun:
     rid = rec["id"]
     src = _megatron_source(rid)
@@ -524,11 +519,9 @@ def _run_from_megatron(rec: dict[str, Any]) -> CalibrationRun:
     M = seqs // (dp * b)
     if dp * b * M != seqs or (par["grad_accum"] and par["grad_accum"] != M):
         raise ValueError(f"{rid}: dp*b*M = {dp * b * M} != global batch {seqs}")
-    v = par["virtual_pipeline_stages"]
-    if v is None and pp > 1 and src == "mcore_r080":
-        v = _chunks_per_stage(m["layers"] // pp)
-        used.append(f"{v} model chunks per stage (2 layers per chunk where even)")
-    v = v or 1
+    v = par["virtual_pipeline_stages"] or 1
+    if par["virtual_pipeline_stages"] is None and pp > 1:
+        used.append("no interleaving (Megatron's default: no virtual stages)")
     r = _recompute(par["recompute"], Recompute.NONE)
     if par["recompute"] is None:
         used.append("no recomputation")
@@ -548,6 +541,7 @@ def _run_from_megatron(rec: dict[str, Any]) -> CalibrationRun:
         tp_comm_overlap=tp_overlap,
         dp_comm_overlap=True,
         ep_comm_overlap=(ep > 1 and "overlap" in rid) if moe else None,
+        ep_dispatch_dedup=("deepep" in (rid + (par["notes"] or "")).lower()) if moe else None,
     )
     config = ParallelConfig(
         tp=tp,

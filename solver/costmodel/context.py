@@ -7,6 +7,7 @@ from fractions import Fraction
 
 from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel.constants import Constants
+from meshplan.solver.costmodel.framework_timing import Overlaps
 from meshplan.solver.hardware import GIB, Hardware
 from meshplan.solver.profiles import ACT_BYTES, LOGIT_BYTES, Profile, Recipe, profile_of
 from meshplan.solver.schema import Framework, Precision
@@ -32,9 +33,8 @@ class Ctx:
     reserve_bytes: int
     fragmentation: float
     recipe: Recipe = field(default_factory=lambda: Recipe(*STATE_BYTES[Precision.BF16]))
-    framework: Framework = (
-        Framework.GENERIC
-    )  # the profile's name (fitted constants are keyed by it)
+    framework: Framework = Framework.GENERIC  # the profile: rules, recipe, overlaps, kernels
+    overlaps: Overlaps | None = None  # the profile's overlaps with the request's switches
     fused_attention: bool = True  # no stored s x s attention scores (FlashAttention)
 
     @property
