@@ -1,20 +1,21 @@
-"""Fidelity: the cost model against every published run, at the run's published layout.
+"""Fidelity: the cost model against every published run, out of sample first.
 
-    python -m benchmarks fidelity [--quick] [--published PATH] [--json PATH]
+    python -m benchmarks fidelity [--quick] [--jobs N] [--no-free] [--json PATH]
 
-Every run of tools/data/calibration/published_runs.json and seed 001
-(tools/data/seed001_runs.json) is scored as Evaluate would score it (tools/calibration.py
-builds the requests and undoes each source's FLOP convention). Printed: predicted against
-published MFU (our convention) and peak memory per run; per source the median and p90 of the
-absolute relative MFU error, its median sign, and the worst under-prediction of memory; the
-targets of issue 4 (MFU median <= 8%, p90 <= 20%, memory never under-predicted by more than 3%);
-and the evidence behind the activation-memory form (seed 002's against Korthikanti's, on
-torchtitan's peaks). The constants are the loaded ones (fitted.json when present), fitted on the
-same runs: these are in-sample errors.
+Every run of tools/data/calibration (published_runs.json, megatron_h100_runs.json) and seed 001
+is scored as Evaluate would score it at its published layout (tools/calibration.py builds the
+requests and undoes each source's FLOP convention). The headline is the leave-one-source-out
+error of tokens/s per GPU (tools/calibration_fit.py: fit on every source but one, score the one
+left out) by category, BF16-dense / FP8-dense / MoE: median and p90 of |predicted/published − 1|
+and the median signed error, against the targets 10%, 20% and ±5%. Then the in-sample error
+of the shipped constants (fitted.json, fitted on all runs), the constants with their bounds, the
+memory report (torchtitan's and seed 001's peaks), the published runs Evaluate rejects, and the
+runs where the planner's free optimum beats the published layout by more than 10%, with why.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import arg_parser, header, table, write_json
+from benchmarks.fidelity_free import compare, layout, report
 from meshplan.solver import evaluate
 from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel import CostModel, Point
@@ -31,8 +33,8 @@ from meshplan.solver.costmodel.constants import load_constants
 from meshplan.solver.costmodel.context import recipe_for
 from meshplan.solver.hardware import GIB, resolve_cluster
 from meshplan.tools.calibration import (
+    CATEGORIES,
     CONVERSIONS,
-    DEFAULT_PUBLISHED,
     DEFAULTS,
     SOURCES,
     CalibrationRun,
@@ -40,28 +42,21 @@ from meshplan.tools.calibration import (
     RunResult,
     evaluate_runs,
     load_all,
-    load_seed001,
+    summarize_by_category,
     summarize_by_source,
 )
+from meshplan.tools.calibration_fit import leave_one_source_out
 
-MFU_MEDIAN_TARGET = 0.08
-MFU_P90_TARGET = 0.20
-MEMORY_UNDER_TARGET = 0.03
+MEDIAN_TARGET, P90_TARGET, BIAS_TARGET = 0.10, 0.20, 0.05
+MEMORY_UNDER_TARGET, MEMORY_MEDIAN_TARGET = 0.03, 0.08
 QUICK_PER_SOURCE = 2  # --quick: the first runs of each source, plus every memory run of seed 001
+FITTED = Path(__file__).resolve().parents[1] / "solver" / "costmodel" / "fitted.json"
 
 
 def _pct(x: float | None, signed: bool = False) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     return f"{x:+.1%}" if signed else f"{x:.1%}"
-
-
-def _layout(r: CalibrationRun) -> str:
-    c = r.config
-    parts = [f"tp{c.tp}", f"pp{c.pp}" + (f"v{c.virtual_stages}" if c.virtual_stages > 1 else "")]
-    parts += [f"dp{c.dp}"] + ([f"cp{c.cp}"] if c.cp > 1 else [])
-    parts += [f"b{c.micro_batch_size}x{c.num_microbatches}", c.recompute.value[:3].lower()]
-    return " ".join(parts) + f" z{c.zero_stage}"
 
 
 def select(runs: Sequence[CalibrationRun], quick: bool) -> list[CalibrationRun]:
@@ -76,73 +71,68 @@ def select(runs: Sequence[CalibrationRun], quick: bool) -> list[CalibrationRun]:
     return out
 
 
-def run_table(runs: Sequence[CalibrationRun], res: Sequence[RunResult]) -> str:
+def summary_table(summary: dict[str, ErrorSummary], label: str) -> str:
+    rows = [
+        [s, v.n_speed, _pct(v.mfu_median), _pct(v.mfu_p90), _pct(v.mfu_bias, signed=True)]
+        for s, v in summary.items()
+    ]
+    return table([label, "runs", "median |err|", "p90 |err|", "signed median"], rows)
+
+
+def run_table(
+    runs: Sequence[CalibrationRun], ins: Sequence[RunResult], out: Sequence[RunResult]
+) -> str:
     rows = []
-    for r, x in zip(runs, res, strict=True):
+    for r, x, y in zip(runs, ins, out, strict=True):
         rows.append(
             [
                 r.id,
-                r.cluster.gpu,
-                _layout(r),
+                r.category,
+                layout(r.config),
+                f"{x.published_tokens_per_s_per_gpu:,.0f}",
                 f"{x.published_mfu:.1%}",
-                f"{x.predicted_mfu:.1%}",
                 _pct(x.mfu_error, signed=True),
+                _pct(y.mfu_error, signed=True),
                 "-" if x.published_memory_gib is None else f"{x.published_memory_gib:.1f}",
                 "-" if x.predicted_memory_gib is None else f"{x.predicted_memory_gib:.1f}",
                 _pct(x.memory_error, signed=True),
             ]
         )
-    heads = ["run", "gpu", "layout", "MFU pub", "MFU pred", "err", "GiB pub", "GiB pred", "err"]
-    return table(heads, rows)
+    heads = ["run", "category", "layout", "tok/s/GPU", "MFU", "in-sample", "LOSO"]
+    return table([*heads, "GiB pub", "GiB pred", "mem err"], rows)
 
 
-def source_table(summary: dict[str, ErrorSummary]) -> str:
-    rows = [
-        [
-            s,
-            v.n_speed,
-            _pct(v.mfu_median),
-            _pct(v.mfu_p90),
-            _pct(v.mfu_bias, signed=True),
-            v.n_memory,
-            _pct(v.memory_median),
-            _pct(v.memory_worst_under, signed=True),
+def loso_targets(by_cat: dict[str, ErrorSummary]) -> list[tuple[str, bool, str]]:
+    out = []
+    for c in CATEGORIES:
+        if c not in by_cat:
+            continue
+        s = by_cat[c]
+        out += [
+            (f"{c}: median |error| <= 10%", s.mfu_median <= MEDIAN_TARGET, _pct(s.mfu_median)),
+            (f"{c}: p90 |error| <= 20%", s.mfu_p90 <= P90_TARGET, _pct(s.mfu_p90)),
+            (
+                f"{c}: |signed median| <= 5%",
+                abs(s.mfu_bias) <= BIAS_TARGET,
+                _pct(s.mfu_bias, signed=True),
+            ),
         ]
-        for s, v in summary.items()
-    ]
-    heads = [
-        "source",
-        "runs",
-        "MFU median",
-        "MFU p90",
-        "MFU bias",
-        "mem runs",
-        "mem median",
-        "mem worst under",
-    ]
-    return table(heads, rows)
+    return out
 
 
-def _under(s: ErrorSummary) -> float:
-    """The worst memory under-prediction as a positive fraction (0: never under)."""
-    return max(0.0, -(s.memory_worst_under or 0.0))
-
-
-def targets(all_: ErrorSummary) -> list[tuple[str, bool, str]]:
-    under = _under(all_)
-    return [
-        (
-            "MFU median |error| <= 8%",
-            all_.mfu_median <= MFU_MEDIAN_TARGET,
-            f"{all_.mfu_median:.1%}",
-        ),
-        ("MFU p90 |error| <= 20%", all_.mfu_p90 <= MFU_P90_TARGET, f"{all_.mfu_p90:.1%}"),
-        (
-            "peak memory never under-predicted by more than 3%",
-            under <= MEMORY_UNDER_TARGET,
-            f"worst under-prediction {under:.1%}",
-        ),
-    ]
+def memory_targets(by_source: dict[str, ErrorSummary]) -> list[tuple[str, bool, str]]:
+    out = []
+    for s in ("torchtitan", "seed001"):
+        v = by_source.get(s)
+        if v is None or not v.n_memory:
+            continue
+        under = max(0.0, -(v.memory_worst_under or 0.0))
+        med = v.memory_median or 0.0
+        out.append(
+            (f"{s} memory: never under by > 3%", under <= MEMORY_UNDER_TARGET, f"-{under:.1%}")
+        )
+        out.append((f"{s} memory: median |error| <= 8%", med <= MEMORY_MEDIAN_TARGET, _pct(med)))
+    return out
 
 
 def activation_evidence(runs: Sequence[CalibrationRun]) -> tuple[str, dict[str, object]]:
@@ -150,13 +140,13 @@ def activation_evidence(runs: Sequence[CalibrationRun]) -> tuple[str, dict[str, 
     rows, errs = [], {"seed002": [], "korthikanti": []}
     mem_runs = [r for r in runs if r.source == "torchtitan" and r.memory_gib is not None]
     for r in mem_runs:
-        A, H = resolve_model(r.model), resolve_cluster(r.cluster)
+        A, H = resolve_model(r.model_spec()), resolve_cluster(r.cluster)
         tr = r.training.model_copy(update={"precision": r.memory_precision})
         row: list[object] = [r.id, r.config.recompute.value.lower(), f"{r.memory_gib:.1f}"]
         for form in errs:
             rec = replace(recipe_for(r.framework, r.memory_precision), activations=form)
             cm = CostModel(A, H, tr, r.search, recipe=rec)
-            bill = cm.memory_bill(Point.from_config(r.config))
+            bill = cm.memory_bill(Point.from_config(r.parallel_config()))
             pred = (bill.total - cm.ctx.reserve_bytes) / GIB
             errs[form].append((r.config.recompute.value, pred / r.memory_gib - 1))
             row += [f"{pred:.1f}", f"{pred / r.memory_gib - 1:+.0%}"]
@@ -178,87 +168,112 @@ def activation_evidence(runs: Sequence[CalibrationRun]) -> tuple[str, dict[str, 
             f"{len(sel)} selective-recompute runs, {_pct(stats[form]['median_abs_all'])} on all "
             f"{len(allv)}; worst under-prediction {_pct(min(0.0, worst), signed=True)}"
         )
-    lines.append(
-        "(under full recomputation both keep the 2·s·b·h checkpoint per layer and differ only in "
-        "the block being recomputed; the kept form is seed 002's)"
-    )
     return "\n".join(lines), stats
+
+
+def constants_report() -> tuple[str, list[str]]:
+    """The shipped constants with their priors and bounds (from fitted.json's fit section)."""
+    doc = json.loads(FITTED.read_text()) if FITTED.exists() else {}
+    fit = doc.get("fit", {})
+    k = load_constants()
+    rows, at = [], list(fit.get("at_bound", []))
+    for name, (lo, hi) in fit.get("bounds", {}).items():
+        field, _, key = name.partition(":")
+        v = getattr(k, field)[key] if key else getattr(k, field)
+        rows.append(
+            [
+                name,
+                f"{v:.4g}",
+                f"{fit['priors'][name]:.4g}",
+                f"{lo:g}..{hi:g}",
+                "AT BOUND" if name in at else "",
+            ]
+        )
+    return table(["constant", "fitted", "prior", "bounds", ""], rows), at
 
 
 def main(argv: list[str]) -> int:
     ap = arg_parser("fidelity", __doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--published",
-        type=Path,
-        default=DEFAULT_PUBLISHED,
-        help="published_runs.json (default tools/data/calibration/published_runs.json)",
-    )
+    ap.add_argument("--jobs", type=int, default=2, help="processes for the leave-one-out fits")
+    ap.add_argument("--no-free", action="store_true", help="skip the free-optimum comparison")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    if a.published.exists():
-        runs = load_all(a.published)
-        missing = ""
-    else:
-        runs = load_seed001()
-        missing = f"(not found: {a.published}; seed 001 only)"
-    runs = select(runs, a.quick)
+    runs = select(load_all(), a.quick)
     k = load_constants()
-    res = evaluate_runs(runs, k)
-    summary = summarize_by_source(res)
-    print(header("fidelity", quick=a.quick, runs=len(runs), published=a.published), missing)
-    print("\nconstants:", {f: getattr(k, f) for f in ("eta", "width0", "fp8_gain", "omega")})
-    print(
-        f"  eps_tp={k.eps_tp:.3g} eps_cp={k.eps_cp:.3g} link_eff={k.link_eff:.3g} "
-        f"kappa0={k.kappa0 * 1e6:.0f} us (fitted on these runs: in-sample)\n"
-    )
-    print("How each source's numbers were converted (our MFU: (6·N_active without the input")
+    ins = evaluate_runs(runs, k)
+    fit_iter = 2 if a.quick else 40
+    out = leave_one_source_out(runs, jobs=a.jobs, max_iter=fit_iter)
+    t_loso = time.perf_counter() - t0
+    print(header("fidelity", quick=a.quick, runs=len(runs), jobs=a.jobs))
+    print("\nHow each source's numbers were converted (our MFU: (6·N_active without the input")
     print("embedding + 12·L·h·s) per token / (GPUs x dense BF16 peak), no causal halving):")
     for s in SOURCES:
-        if s in summary:
-            print(f"- {s}: {CONVERSIONS[s]}")
-            print(f"  defaults: {'; '.join(DEFAULTS[s])}")
-    print("\nper run (MFU in our convention; memory on the source's basis, GiB):")
-    print(run_table(runs, res))
-    print("\nper source (|relative error|; bias = median signed error, > 0: too optimistic):")
-    print(source_table(summary))
-    rejected = [
-        f"{r.id} ({v[0]})"
-        for r in runs
-        for v in [evaluate(r.request()).violations]
-        if r.source != "seed001" and v
+        if any(r.source == s for r in runs):
+            print(f"- {s}: {CONVERSIONS[s]}\n  defaults: {'; '.join(DEFAULTS[s])}")
+    print("\nper run: tokens/s per GPU, predicted / published − 1 in-sample and left out:")
+    print(run_table(runs, ins, out))
+    loso_src, loso_cat = summarize_by_source(out), summarize_by_category(out)
+    ins_src, ins_cat = summarize_by_source(ins), summarize_by_category(ins)
+    scope = " (--quick: a subset and a 2-iteration fit; judge the full run)" if a.quick else ""
+    print(f"\nleave-one-source-out (each source scored by a fit on the others){scope}:")
+    print(summary_table(loso_cat, "category"))
+    print(summary_table(loso_src, "source left out"))
+    print("\nin-sample (the shipped fitted.json, fitted on every run):")
+    print(summary_table(ins_cat, "category"))
+    print(summary_table(ins_src, "source"))
+    text, at_bound = constants_report()
+    print("\nconstants (fitted.json):\n" + text)
+    print("at a bound: " + (", ".join(at_bound) or "none"))
+    verdicts = loso_targets(loso_cat) + memory_targets(ins_src)
+    print("\nmemory per source (peaks on the source's basis):")
+    mem_rows = [
+        [s, v.n_memory, _pct(v.memory_median), _pct(v.memory_worst_under, signed=True)]
+        for s, v in ins_src.items()
+        if v.n_memory
     ]
-    print("\npublished runs that Evaluate (default 3 GiB reserve + 10% fragmentation) rejects:")
-    print("\n".join(f"  {x}" for x in rejected) or "  none")
-    verdicts = targets(summary["all"])
-    scope = (
-        " (on the --quick subset only: the targets are judged on the full run)" if a.quick else ""
-    )
-    print(f"\ntargets (issue 4){scope}:")
-    for name, ok, value in verdicts:
-        print(f"  {'met   ' if ok else 'MISSED'}  {name}: {value}")
+    print(table(["source", "runs", "median |err|", "worst under"], mem_rows))
     evidence: dict[str, object] = {}
-    if not a.quick and any(r.source == "torchtitan" for r in runs):
+    if not a.quick:
         text, evidence = activation_evidence(runs)
         print("\nactivation memory: seed 002's 12·L·B·S·d·b_a against Korthikanti's s·b·h·34")
-        print("(generalised), on torchtitan's peaks (reserved, max over ranks):")
-        print(text)
+        print("(generalised), on torchtitan's peaks (reserved, max over ranks):\n" + text)
+    rejected = [f"{r.id} ({v[0]})" for r in runs for v in [evaluate(r.request()).violations] if v]
+    print("\npublished runs that Evaluate (default 3 GiB reserve + 10% fragmentation) rejects:")
+    print("\n".join(f"  {x}" for x in rejected) or "  none")
+    free_rows: list[dict[str, object]] = []
+    if not a.no_free:
+        free_rows = compare(runs, time_limit_s=a.time_limit or 10.0)
+        print("\n" + report(free_rows))
+    print(f"\ntargets{scope}:")
+    for name, ok, value in verdicts:
+        print(f"  {'met   ' if ok else 'MISSED'}  {name}: {value}")
     write_json(
         a.json,
         {
             "benchmark": "fidelity",
             "quick": a.quick,
-            "runs": [r.model_dump() for r in res],
-            "summary": {s: v.model_dump() for s, v in summary.items()},
+            "runs": [x.model_dump() for x in ins],
+            "loso_runs": [x.model_dump() for x in out],
+            "summary": {s: v.model_dump() for s, v in ins_src.items()},
+            "summary_by_category": {s: v.model_dump() for s, v in ins_cat.items()},
+            "loso_by_category": {s: v.model_dump() for s, v in loso_cat.items()},
+            "loso_by_source": {s: v.model_dump() for s, v in loso_src.items()},
             "targets": [{"target": n, "met": ok, "value": v} for n, ok, v in verdicts],
+            "at_bound": at_bound,
             "activation_evidence": evidence,
             "rejected_by_evaluate": rejected,
+            "free_optimum": free_rows,
         },
     )
-    al = summary["all"]
+    cats = "; ".join(
+        f"{c} {_pct(v.mfu_median)}/{_pct(v.mfu_p90)}/{_pct(v.mfu_bias, signed=True)}"
+        for c, v in loso_cat.items()
+        if c != "all"
+    )
     print(
-        f"\nsummary: {len(runs)} runs{' (quick subset)' if a.quick else ''} in "
-        f"{time.perf_counter() - t0:.1f} s; MFU median {al.mfu_median:.1%} (target 8%), p90 "
-        f"{al.mfu_p90:.1%} (target 20%); memory worst under-prediction {_under(al):.1%} "
-        f"(target 3%) over {al.n_memory} runs; {sum(ok for _, ok, _ in verdicts)}/3 targets met"
+        f"\nsummary: {len(runs)} runs{' (quick subset)' if a.quick else ''}; leave-one-source-out "
+        f"median/p90/signed median by category: {cats} (LOSO {t_loso:.0f} s, total "
+        f"{time.perf_counter() - t0:.0f} s); {sum(ok for _, ok, _ in verdicts)}/{len(verdicts)} "
+        "targets met"
     )
     return 0

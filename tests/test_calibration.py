@@ -18,9 +18,10 @@ from meshplan.tools.calibration import (
     DEFAULT_PUBLISHED,
     evaluate_run,
     evaluate_runs,
+    load_all,
     load_published,
     load_seed001,
-    summarize_by_source,
+    summarize_by_category,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,21 +83,26 @@ def test_evaluate_run_is_what_evaluate_returns() -> None:
 def test_fit_script_runs_and_its_output_loads(tmp_path: Path) -> None:
     out = tmp_path / "fitted.json"
     p = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "fit_constants.py"), "--max-evals", "25"]
+        [sys.executable, str(ROOT / "scripts" / "fit_constants.py"), "--max-iter", "1"]
         + ["--out", str(out)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         cwd=ROOT,
     )
     assert p.returncode == 0, p.stderr
-    assert "before  after" in p.stdout and "seed001" in p.stdout
+    assert "prior  fitted" in p.stdout and "seed001" in p.stdout and "MoE" in p.stdout
     doc = json.loads(out.read_text())
     k = constants_from(doc)
-    assert k.eta["H200"] == doc["constants"]["eta"]["H200"]
+    assert k.eta["H100"] == doc["constants"]["eta"]["H100"]
     assert k.eta["B200"] == Constants().eta["B200"]  # unfitted entries keep their priors
-    assert doc["fit"]["loss"]["fitted"] <= doc["fit"]["loss"]["prior"]
-    assert set(doc["fit"]["errors_after"]) >= {"seed001", "torchtitan", "all"}
+    assert set(doc["fit"]["data"]) == {
+        "published_runs.json",
+        "megatron_h100_runs.json",
+        "seed001_runs.json",
+    }
+    assert doc["fit"]["runs"] == 105
+    assert set(doc["fit"]["in_sample_by_category"]) >= {"BF16-dense", "FP8-dense", "MoE", "all"}
     res = evaluate_runs(load_seed001(), k)
     assert all(0 < r.predicted_mfu < 1 for r in res)
 
@@ -135,7 +141,11 @@ def test_seed002_activation_form_beats_korthikanti_on_torchtitan() -> None:
 
 
 @needs_published
-def test_fitted_errors_meet_the_median_target() -> None:
-    s = summarize_by_source(evaluate_runs(load_published() + load_seed001()))["all"]
-    assert s.mfu_median <= 0.08
-    assert s.mfu_p90 <= 0.30  # the 20% target is missed (RESULTS.md): guard against regressions
+def test_fitted_errors_in_sample() -> None:
+    # In-sample (the shipped fit saw these runs); the out-of-sample figure is the fidelity
+    # benchmark's leave-one-source-out. Guards against a regression of the fit or the data.
+    s = summarize_by_category(evaluate_runs(load_all(), memory=False))
+    assert s["all"].mfu_median <= 0.08
+    assert s["all"].mfu_p90 <= 0.25
+    for c in ("BF16-dense", "FP8-dense", "MoE"):
+        assert abs(s[c].mfu_bias) <= 0.06, (c, s[c])

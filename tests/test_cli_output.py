@@ -89,7 +89,9 @@ def test_emit_is_the_only_thing_on_stdout(
 def test_emit_without_a_value_follows_the_framework(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run([*PLAN, "--framework", "torchtitan", "--emit"], capsys)
     assert rc == 0 and "parallelism" in tomllib.loads(out)
-    rc, out, err = run([*PLAN, "--emit"], capsys)  # GENERIC has no launcher: say so
+    rc, out, _ = run([*PLAN, "--emit"], capsys)  # the default profile, MEGATRON
+    assert rc == 0 and "--tensor-model-parallel-size" in shlex.split(out)
+    rc, out, err = run([*PLAN, "--framework", "generic", "--emit"], capsys)  # no launcher: say so
     assert rc == 2 and out == "" and "--emit" in err and err.count("\n") == 1
 
 
@@ -105,7 +107,7 @@ def test_infeasible_plan_prints_its_reason_and_no_snippet(
     argv = ["plan", "--model", "llama2-70b", "--gpus", "8", "--emit", "megatron"]
     rc, out, err = run(argv, capsys)
     assert rc == 3 and out == ""
-    assert "INFEASIBLE" in err and "smallest cluster that fits is 16 GPUs" in err
+    assert "INFEASIBLE" in err and "smallest cluster that fits is 24 GPUs" in err  # MEGATRON
 
 
 def test_evaluate_json_and_table(capsys: pytest.CaptureFixture[str]) -> None:

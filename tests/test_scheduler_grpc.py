@@ -135,7 +135,7 @@ def _violation(stub_call) -> tuple[str, str]:  # noqa: ANN001
                                 "clusters": [{"max_gpus": 16}], "work": {"tokens": 10**9},
                                 "deadline_unix_s": 1_000_000.0}, "deadline_unix_s"),
         ("Replan", {**REPLAN, "config": {**REPLAN["config"], "tp": 3}}, "config.tp"),
-        ("Replan", {**REPLAN, "config": {**REPLAN["config"], "tp": 8, "pp": 4, "dp": 1},
+        ("Replan", {**REPLAN, "config": {**REPLAN["config"], "tp": 8, "pp": 4, "dp": 1, "zero_stage": 0},
                     "event": {"delta_nodes": -3}}, "compatibility"),
         ("TrainingFront", {**CURVE, "token_budget": 10**9, "batch": {"kind": "FREE",
                            "global_batch_tokens": 4096}}, "batch.global_batch_tokens"),

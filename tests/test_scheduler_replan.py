@@ -16,7 +16,8 @@ RUNNING = {"tp": 8, "pp": 1, "dp": 8, "micro_batch_size": 1, "num_microbatches":
 
 
 def request(**kw: object) -> ReplanRequest:
-    base = {"model": {"preset": "llama3-70b"}, "training": {"seq_len": 4096},
+    base = {"model": {"preset": "llama3-70b"},
+            "training": {"seq_len": 4096, "framework": "GENERIC"},
             "cluster": {"num_gpus": 64}, "config": RUNNING, "event": {"delta_nodes": -1},
             "compatibility": "SAME_MODEL_PARALLEL", "batch": {"kind": "FIXED_GLOBAL"}}  # fmt: skip
     return ReplanRequest.model_validate({**base, **kw})
@@ -46,7 +47,8 @@ def _rescore(req: ReplanRequest, row) -> None:  # noqa: ANN001
     [
         ({"preset": "llama3-70b"}, "GENERIC", RUNNING, {"num_gpus": 64}),
         ({"preset": "kempnerforge-13b"}, "KEMPNERFORGE",
-         {"tp": 4, "pp": 1, "dp": 4, "micro_batch_size": 1, "num_microbatches": 8},
+         {"tp": 4, "pp": 1, "dp": 4, "micro_batch_size": 1, "num_microbatches": 8,
+          "zero_stage": 3},
          {"gpu": "h200-141gb", "gpus_per_node": 4, "num_gpus": 16}),
     ],
 )  # fmt: skip
@@ -89,12 +91,16 @@ def test_fewer_replicas_grow_the_optimizer_shards_and_move_them() -> None:
 
 
 def test_when_the_level_cannot_fit_it_says_the_least_level_and_the_nodes_that_would() -> None:
-    res = replan(request(event={"delta_nodes": -6}, search={"zero_stage": 1}))
+    # 24 GPUs: tp 8 with ZeRO-1 leaves no layout of the running shape (nor of the same tp:
+    # ZeRO-1 needs two data-parallel ranks), but a free layout fits.
+    res = replan(request(event={"delta_nodes": -5}, search={"zero_stage": 1}))
     (row,) = res.rows
     assert row.status is CellStatus.DOES_NOT_FIT and "GiB" in row.reason
-    assert row.least_level is CompatibilityLevel.SAME_TP
-    assert row.min_nodes_at_level > 2
-    assert row.free_config is not None
+    assert row.least_level is CompatibilityLevel.FREE and row.free_config is not None
+    # 16 GPUs: nothing fits at any level; the answer names the node count that would.
+    (row,) = replan(request(event={"delta_nodes": -6}, search={"zero_stage": 1})).rows
+    assert row.status is CellStatus.DOES_NOT_FIT and row.least_level is None
+    assert row.min_nodes_at_level > 2 and row.free_config is None
 
 
 def test_worst_receive_of_contiguous_shards() -> None:

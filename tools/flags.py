@@ -223,7 +223,7 @@ def add_training_flags(p: argparse.ArgumentParser, lists: str | None = None) -> 
         type=str.upper,
         choices=FRAMEWORKS,
         help="the framework profile, any case: the layouts it runs, its memory recipe and its "
-        "launcher (default GENERIC)",
+        "launcher (default MEGATRON)",
     )
 
 

@@ -1,8 +1,10 @@
-"""Efficiency constants of the cost model.
+"""Efficiency constants of the time model.
 
-Defaults are engineering priors; `scripts/fit_constants.py` fits them to the published runs in
-tools/data/calibration (tools/calibration.py) and writes `fitted.json` beside this file, which
-wins: its values replace the priors field by field (`eta` entries are merged).
+Each constant is a physical quantity with a prior from public measurements; `scripts/
+fit_constants.py` fits the ones the published runs identify (tools/data/calibration) and writes
+`fitted.json` beside this file, which wins: its values replace the priors field by field (dict
+entries are merged). What the GPU can do (`eta`, per GPU) is kept apart from what a framework's
+kernels achieve on it (`kernel_eff`, per kernel family of a framework profile).
 """
 
 from __future__ import annotations
@@ -13,46 +15,63 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+# GPU families that share another's compute die: same tensor cores and clocks, so the same
+# achievable GEMM rate (H200 is the GH100 of H100 SXM with HBM3e: NVIDIA H200 datasheet).
+SAME_DIE = {"H200": "H100"}
+
 
 @dataclass(frozen=True)
 class Constants:
-    # Achievable fraction of dense peak for large GEMMs, per GPU family, or per catalog GPU
-    # where the data tells one apart (the 500 W h100-sxm-96gb of torchtitan's runs).
+    # Achievable fraction of the dense peak for large BF16 GEMMs, per GPU family: what the
+    # silicon sustains (cuBLAS on H100 SXM reaches ~0.75-0.8 of 989 TFLOP/s).
     eta: dict[str, float] = field(
-        default_factory=lambda: {
-            "A100": 0.62,
-            "H100": 0.55,
-            "H200": 0.57,
-            "B200": 0.5,
-            "MI300X": 0.4,
-        }
+        default_factory=lambda: {"A100": 0.80, "H100": 0.75, "B200": 0.70, "MI300X": 0.55}
     )
-    width0: float = 256.0  # GEMM efficiency x/(x+width0) of the per-GPU width x = h/tp (elements)
-    fp8_gain: float = 1.35  # FP8 recipe speed-up of the matmul rate over BF16 (torchtitan, fitted)
-    eps_tp: float = 1.0  # exposed fraction of tp collectives (a tp_exposed recipe counts all)
-    eps_cp: float = 0.5  # exposed fraction of the ring K/V exchange
-    eps_ep: float = 1.0  # exposed fraction of the expert all-to-all
-    omega: float = 0.8  # fraction of the overlappable compute that hides dp/FSDP traffic
+    # A catalog GPU's sustained clock relative to its family's: the 500 W h100-sxm-96gb of
+    # torchtitan's runs against the 700 W H100 SXM, both power-bound in GEMMs; dynamic power
+    # grows ~ f³ (P ∝ f·V², V ∝ f), so the prior is (500/700)^(1/3) = 0.894.
+    clock: dict[str, float] = field(default_factory=lambda: {"h100-sxm-96gb": 0.894})
+    # Rate a framework's kernels reach relative to Megatron-Core with Transformer Engine (fused
+    # norms, activations and attention): "TE" is the reference, "TORCH" PyTorch-native stacks.
+    kernel_eff: dict[str, float] = field(default_factory=lambda: {"TE": 1.0, "TORCH": 0.9})
+    fp8_eff: float = 0.85  # FP8 GEMM rate / (FP8 peak x eta): tensor-core efficiency of FP8
+    # FlashAttention rate / the GPU's GEMM rate, per kernel family: Transformer Engine's fused
+    # attention (cuDNN, FlashAttention-3 class) and PyTorch SDPA (FlashAttention-2 class)
+    # reach ~75% and ~35-50% of the H100 peak forward (Shah et al. 2024, FlashAttention-3).
+    attn_eff: dict[str, float] = field(default_factory=lambda: {"TE": 0.65, "TORCH": 0.45})
+    mem_exposed: float = 0.5  # share of GEMM operand and logit memory traffic not hidden
+    eps_tp: float = 0.2  # exposed share of tp traffic when overlapped with the GEMMs
+    eps_cp: float = 0.2  # exposed share of the ring K/V exchange when overlapped
+    eps_ep: float = 0.3  # exposed share of the expert all-to-all when overlapped
+    omega: float = 0.8  # share of the overlappable compute that hides dp/FSDP traffic
+    link_eff: float = 0.8  # achievable share of nominal link bandwidth (NCCL bus bandwidth)
     kappa0: float = 30e-6  # fixed cost per layer per micro-batch: launches, small kernels (s)
-    alpha_intra: float = 8e-6  # latency per in-node collective (s)
-    alpha_inter: float = 15e-6  # latency per inter-node collective or send (s)
-    link_eff: float = 0.75  # achievable fraction of nominal link bandwidth (NCCL bus bw)
+    alpha_intra: float = 3e-6  # latency per step of an in-node ring, or per message (s)
+    alpha_inter: float = 8e-6  # latency per step of an inter-node ring, or per message (s)
 
     def family_eta(self, family: str) -> float:
+        family = family if family in self.eta else SAME_DIE.get(family, family)
         return self.eta.get(family, min(self.eta.values()))
 
     def gpu_eta(self, name: str, family: str) -> float:
-        """eta of a catalog GPU: its own entry if fitted, else its family's."""
-        return self.eta[name] if name in self.eta else self.family_eta(family)
+        """eta of a catalog GPU: its family's, at its own sustained clock."""
+        return self.family_eta(family) * self.clock.get(name, 1.0)
+
+    def kernels(self, family: str) -> float:
+        return self.kernel_eff.get(family, 1.0)
+
+    def attention(self, family: str) -> float:
+        return self.attn_eff.get(family, min(self.attn_eff.values()))
 
 
 def constants_from(data: dict[str, Any], base: Constants | None = None) -> Constants:
     """The priors with a fitted.json document's "constants" applied (unknown keys ignored)."""
     base = base or Constants()
-    known = set(asdict(base))
+    known = asdict(base)
     fitted = {k: v for k, v in data.get("constants", {}).items() if k in known}
-    if "eta" in fitted:
-        fitted["eta"] = {**base.eta, **fitted["eta"]}
+    for k, v in fitted.items():
+        if isinstance(known[k], dict):
+            fitted[k] = {**getattr(base, k), **v}
     return replace(base, **fitted)
 
 

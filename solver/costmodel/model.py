@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel.constants import Constants, load_constants
 from meshplan.solver.costmodel.context import Ctx, Recipe, recipe_for, reserve_default
+from meshplan.solver.costmodel.framework_timing import overlaps_for
 from meshplan.solver.costmodel.memory import TENANTS, memory_terms
 from meshplan.solver.costmodel.point import Point
 from meshplan.solver.costmodel.terms import Compiled
@@ -61,7 +62,11 @@ class CostModel:
             constants or load_constants(),
             reserve_default(search.memory_reserve_gib),
             search.memory_fragmentation,
-            recipe or recipe_for(training.framework, training.precision),
+            recipe
+            or recipe_for(training.framework, training.precision, training.grad_reduce_in_bf16),
+            framework=training.framework,
+            overlaps=overlaps_for(training),
+            fused_attention=training.fused_attention,
         )
         self.rates = Rates(self.ctx)
         ideal = arch.model_flops_per_token(training.seq_len) / (hw.num_gpus * hw.peak_bf16)

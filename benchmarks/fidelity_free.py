@@ -1,0 +1,103 @@
+"""The planner's free optimum against each published layout, under the same cost model.
+
+For a run, plan() gets the run's model, GPUs, global batch and framework profile with nothing
+pinned; where its optimum beats the published layout by more than `THRESHOLD` (tokens/s), the
+report lists both layouts and the terms of the time model that make the difference (their
+shares of each step). A large gain is either a layout the experts missed or, more often, a
+term the model gets wrong: the list is where to look.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from benchmarks.common import table
+from meshplan.solver import evaluate, plan
+from meshplan.solver.results import Performance
+from meshplan.solver.schema import Options, ParallelConfig, PlanRequest
+from meshplan.tools.calibration_data import CalibrationRun
+
+THRESHOLD = 0.10
+TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble")
+
+
+def layout(c: ParallelConfig) -> str:
+    parts = [f"tp{c.tp}", f"pp{c.pp}" + (f"v{c.virtual_stages}" if c.virtual_stages > 1 else "")]
+    parts += (
+        [f"dp{c.dp}"] + ([f"cp{c.cp}"] if c.cp > 1 else []) + ([f"ep{c.ep}"] if c.ep > 1 else [])
+    )
+    parts += [f"b{c.micro_batch_size}x{c.num_microbatches}", c.recompute.value[:3].lower()]
+    return " ".join(parts) + f" z{c.zero_stage}"
+
+
+def _shares(p: Performance) -> dict[str, float]:
+    b = p.breakdown.model_dump()
+    return {t: b[f"{t}_s"] / p.step_time_s for t in TERMS}
+
+
+def why(published: Performance, free: Performance) -> str:
+    """The terms whose time per token differs most, as shares of the published step."""
+    per_tok_pub = {
+        t: s * published.step_time_s / published.global_batch_tokens
+        for t, s in _shares(published).items()
+    }
+    per_tok_free = {
+        t: s * free.step_time_s / free.global_batch_tokens for t, s in _shares(free).items()
+    }
+    step = published.step_time_s / published.global_batch_tokens
+    diff = sorted(TERMS, key=lambda t: per_tok_free[t] - per_tok_pub[t])
+    out = []
+    for t in diff[:3]:
+        d = (per_tok_free[t] - per_tok_pub[t]) / step
+        if abs(d) >= 0.01:
+            out.append(f"{t} {per_tok_pub[t] / step:.0%}→{per_tok_free[t] / step:.0%}")
+    return ", ".join(out)
+
+
+def compare(runs: Sequence[CalibrationRun], time_limit_s: float = 10.0) -> list[dict[str, object]]:
+    """Every run: published and free layouts, predicted tokens/s per GPU of each, the gain."""
+    out = []
+    for r in runs:
+        ev = evaluate(r.request())
+        req = PlanRequest(
+            model=r.model_spec(),
+            cluster=r.cluster,
+            training=r.training,
+            options=Options(time_limit_s=time_limit_s, explain=False),
+        )
+        res = plan(req)
+        row: dict[str, object] = {"id": r.id, "published": layout(r.config), "fits": ev.fits}
+        if res.performance is None or res.config is None:
+            row.update(free=None, gain=None, why=f"plan {res.status.value}")
+        else:
+            gpus = r.cluster.num_gpus
+            pub, free = ev.performance, res.performance
+            row.update(
+                free=layout(res.config),
+                published_tps=pub.tokens_per_s / gpus,
+                free_tps=free.tokens_per_s / gpus,
+                gain=free.tokens_per_s / pub.tokens_per_s - 1,
+                why=why(pub, free),
+            )
+        out.append(row)
+    return out
+
+
+def report(rows: Sequence[dict[str, object]]) -> str:
+    big = [x for x in rows if x["gain"] is not None and x["gain"] > THRESHOLD]
+    lines = [
+        f"{len(big)} of {len(rows)} runs: the planner's free optimum beats the published layout "
+        f"by more than {THRESHOLD:.0%} (predicted tokens/s per GPU, same cost model):"
+    ]
+    body = [
+        [x["id"], x["published"], x["free"], f"{x['gain']:+.0%}", x["why"] or "-"]
+        for x in sorted(big, key=lambda x: -x["gain"])  # type: ignore[operator]
+    ]
+    if body:
+        lines.append(
+            table(["run", "published", "free optimum", "gain", "terms (share of step)"], body)
+        )
+    failed = [x for x in rows if x["gain"] is None]
+    if failed:
+        lines.append("no free plan: " + ", ".join(f"{x['id']} ({x['why']})" for x in failed))
+    return "\n".join(lines)

@@ -1,0 +1,191 @@
+"""The time model's physics (solver/costmodel/rates.py, timing.py, framework_timing.py): causal
+halving, FP8 against BF16 on identical layouts, expert all-to-all by placement, latencies that
+grow with the group, and the overlaps each framework runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshplan.solver import EvaluateRequest, evaluate
+from meshplan.solver.arch import resolve_model
+from meshplan.solver.costmodel import CostModel, Layout, Point
+from meshplan.solver.costmodel.framework_timing import FRAMEWORK_TIMING, overlaps_for
+from meshplan.solver.costmodel.rates import CAUSAL, Rates
+from meshplan.solver.hardware import resolve_cluster
+from meshplan.solver.schema import (
+    ClusterSpec,
+    Framework,
+    ModelSpec,
+    ParallelConfig,
+    Precision,
+    SearchSpec,
+    TrainingSpec,
+)
+from meshplan.tools.calibration import load_all
+
+LLAMA8 = ModelSpec(preset="llama3-8b")
+MOE = ModelSpec(
+    num_layers=8,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_kv_heads=8,
+    ffn_hidden_size=14336,
+    vocab_size=32000,
+    moe={"num_experts": 64, "top_k": 8, "expert_ffn_hidden_size": 1536},
+)
+
+
+def rates(model: ModelSpec, training: TrainingSpec, gpus: int = 64) -> Rates:
+    A = resolve_model(model)
+    H = resolve_cluster(ClusterSpec(gpu="h100-sxm-80gb", num_gpus=gpus))
+    return CostModel(A, H, training, SearchSpec()).rates
+
+
+def lay(tp: int = 1, pp: int = 1, cp: int = 1, dp: int = 1) -> Layout:
+    return Layout(tp, pp, cp, dp, tp * pp * cp * dp, tp > 1)
+
+
+def test_causal_attention_is_halved_in_time_not_in_mfu() -> None:
+    short = rates(LLAMA8, TrainingSpec(seq_len=8192))
+    long = rates(LLAMA8, TrainingSpec(seq_len=16384))
+    A = resolve_model(LLAMA8)
+    full = 12 * A.a * A.head_dim * 8192  # QK^T and AV forward + backward, unhalved
+    assert short.attention(lay()) == pytest.approx(full * CAUSAL / short.rate_attn)
+    assert CAUSAL == 0.5
+    assert long.attention(lay()) == pytest.approx(2 * short.attention(lay()))
+    # The documented MFU convention keeps the unhalved 12·L·h·s.
+    assert A.model_flops_per_token(8192) == pytest.approx(
+        A.L * A.layer_flops_per_token(8192) + A.head_flops_per_token
+    )
+    assert short.F_layer - (short.F_proj + short.F_mlp + short.F_expert) == pytest.approx(full)
+
+
+def _speed(run, precision: Precision) -> float:  # noqa: ANN001
+    training = run.training.model_copy(update={"precision": precision})
+    req = EvaluateRequest(
+        model=run.model_spec(), cluster=run.cluster, training=training, config=run.config
+    )
+    return evaluate(req).performance.tokens_per_s
+
+
+def test_fp8_over_bf16_on_identical_layouts_lands_in_the_measured_range() -> None:
+    # Published FP8/BF16 speed-ups on identical layouts: 1.23 (Grok-1) to 1.72; the model gave
+    # 1.24 before it timed GEMMs at the FP8 peak.
+    runs = {r.id: r for r in load_all()}
+    pairs = [
+        "dgxc_2502_gpt3_fp8_128xh100",
+        "dgxc_2502_l405_fp8_576xh100",
+        "dgxc_2502_l8_fp8_8xh100",
+        "dgxc_2502_n15_fp8_16xh100",
+        "dgxc_2502_grok_fp8_2048xh100",
+        "torchtitan_2412_llama31_8B_t1_fsdp_compile_fp8",
+        "torchtitan_2506_llama3_70B_fp8_vanillaTP_256xh100",
+    ]
+    ratios = [_speed(runs[i], Precision.FP8) / _speed(runs[i], Precision.BF16) for i in pairs]
+    assert all(1.23 <= x <= 1.72 for x in ratios), ratios
+    # a dense GPT-3 gains more than the MoE with its all-to-all and permutation
+    assert ratios[0] > ratios[4]
+
+
+def test_expert_all_to_all_is_in_node_when_the_group_fits_a_node() -> None:
+    r = rates(MOE, TrainingSpec(seq_len=4096))
+    intra = r.a2a((1, 8))  # 8 ranks: one node
+    inter = r.a2a((1, 16))  # 16 ranks: two nodes, half the peers behind the NIC
+    assert r.c.H.gpn == 8
+    # per peer the volume falls as 1/ep; in a node it all moves at NVLink speed
+    assert inter > 3 * intra
+    assert r.a2a((2, 4, 1)) == pytest.approx(r.a2a((1, 4)) / 2)  # tp shards the tokens
+    assert r.a2a((2, 4)) > r.a2a((2, 4, 1))  # etp = tp gathers the routed tokens over tp
+    # with expert-tensor-parallel 4 (etp = tp by default), ep 4 spans 16 GPUs: inter-node
+    assert r.a2a((4, 4, 4)) > r.a2a((4, 4, 1))
+    dedup = rates(MOE, TrainingSpec(seq_len=4096, ep_dispatch_dedup=True))
+    assert dedup.a2a((1, 32)) < 0.7 * r.a2a((1, 32))  # one copy per remote node, not per expert
+    assert dedup.a2a((1, 8)) == pytest.approx(r.a2a((1, 8)))  # nothing to deduplicate in a node
+
+
+def test_overlapping_the_all_to_all_hides_it_behind_compute() -> None:
+    plain = rates(MOE, TrainingSpec(seq_len=4096))
+    over = rates(MOE, TrainingSpec(seq_len=4096, ep_comm_overlap=True))
+    hide = plain.compute(lay()) + plain.traffic(lay())
+    assert over.ep_exposed((1, 16), hide) < plain.ep_exposed((1, 16), hide)
+    assert over.ep_exposed((1, 16), hide) >= over.c.K.eps_ep * over.a2a((1, 16))
+
+
+def test_latency_grows_with_the_collective() -> None:
+    r = rates(LLAMA8, TrainingSpec(seq_len=8192))
+    K = r.c.K
+    assert r.ring_latency(64, 512) == pytest.approx(63 * K.alpha_inter)
+    assert r.ring_latency(8, 8) == pytest.approx(7 * K.alpha_intra)
+    # all-reduce: the tree wins at scale (2·log2 n), the ring (2(n−1)) in small groups
+    assert r.allreduce_latency(1024, 8192) == pytest.approx(20 * K.alpha_inter)
+    assert r.allreduce_latency(2, 16) == pytest.approx(2 * K.alpha_inter)
+
+
+def _fsdp_step(dp: int) -> tuple[float, float]:
+    req = EvaluateRequest(
+        model=LLAMA8,
+        cluster=ClusterSpec(gpu="h100-sxm-80gb", num_gpus=dp),
+        training=TrainingSpec(seq_len=8192, framework=Framework.TORCHTITAN, dp_comm_overlap=False),
+        config=ParallelConfig(
+            tp=1, pp=1, dp=dp, micro_batch_size=1, num_microbatches=1, zero_stage=3
+        ),
+    )
+    p = evaluate(req).performance
+    return p.breakdown.dp_comm_s, p.tokens_per_s / dp
+
+
+def test_fsdp_slows_down_as_the_group_grows() -> None:
+    # Same work per GPU: the ring's per-GPU volume is ~constant, its step latencies are not
+    # (MegaScale-style scaling: large jobs lose throughput per GPU).
+    small, large = _fsdp_step(16), _fsdp_step(4096)
+    assert large[0] > small[0] * 1.5
+    assert large[1] < small[1]
+
+
+def test_framework_table_and_request_switches() -> None:
+    assert FRAMEWORK_TIMING[Framework.MEGATRON].tp
+    assert not FRAMEWORK_TIMING[Framework.TORCHTITAN].tp  # async TP off by default
+    assert not FRAMEWORK_TIMING[Framework.KEMPNERFORGE].tp
+    assert FRAMEWORK_TIMING[Framework.DEEPSPEED].dp_stages == frozenset({3})
+    assert all(f.source for f in FRAMEWORK_TIMING.values())
+    assert (
+        overlaps_for(TrainingSpec(framework=Framework.MEGATRON, tp_comm_overlap=False)).tp is False
+    )
+    assert overlaps_for(TrainingSpec(framework=Framework.TORCHTITAN, tp_comm_overlap=True)).tp
+    off = rates(LLAMA8, TrainingSpec(framework=Framework.MEGATRON, tp_comm_overlap=False))
+    on = rates(LLAMA8, TrainingSpec(framework=Framework.MEGATRON))
+    assert on.tp(lay(tp=8)) < off.tp(lay(tp=8)) == pytest.approx(off.tp_raw(lay(tp=8)))
+    assert on.tp(lay(tp=8)) >= on.c.K.eps_tp * on.tp_raw(lay(tp=8))  # overlap is never free
+
+
+def test_dp_traffic_uses_the_nics_of_a_node() -> None:
+    r = rates(LLAMA8, TrainingSpec(seq_len=8192), gpus=512)
+    # dp ranks one per node (tp 8) ride one NIC each; eight per node (tp 1) share eight NICs
+    assert r.group_bw(64, 8) == pytest.approx(r.bw(9))
+    assert r.group_bw(64, 1) == pytest.approx(
+        min(r.c.H.intra_bw, 8 * r.c.H.inter_bw) * r.c.K.link_eff
+    )
+    assert r.group_bw(8, 1) == pytest.approx(r.bw(1))
+
+
+def test_plans_score_the_same_terms_in_cpsat_and_evaluate() -> None:
+    # A MoE plan with the new te factors re-scores identically (the oracle property test
+    # covers this broadly; this is the fast smoke check).
+    from meshplan.solver import PlanRequest, plan
+
+    req = PlanRequest.model_validate(
+        {
+            "model": MOE.model_dump(exclude_none=True),
+            "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 16},
+            "training": {"seq_len": 4096, "global_batch_tokens": 4096 * 64},
+            "options": {"time_limit_s": 20},
+        }
+    )
+    res = plan(req)
+    ev = evaluate(
+        EvaluateRequest(
+            model=req.model, cluster=req.cluster, training=req.training, config=res.config
+        )
+    )
+    assert ev.performance == res.performance
+    assert Point.from_config(res.config).ep >= 1
