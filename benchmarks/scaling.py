@@ -90,7 +90,7 @@ def space_points(req: Any) -> tuple[int, int]:
         ndb[d] = ndb.get(d, 0) + 1
     total = 0
     for lay in sp.layouts:
-        te = sum(1 for t, e in sp.te if t == lay.tp and (lay.dp * lay.cp) % e == 0)
+        te = len(sp.compatible("te", lay))
         total += nv.get(lay.pp, 0) * ndb.get(lay.dp, 0) * te
     return len(sp.layouts), total * len(sp.rs) * len(sp.zs)
 

@@ -1,8 +1,9 @@
 """The resolved model: shape, parameter counts and FLOPs per token.
 
 Parameter counts follow the Megatron/Llama layer layout; FLOPs per token follow PaLM appendix B
-(6N + 12·L·h·s, no causal halving), counting the output layer but not the input embedding, as
-torchtitan does.
+(6N + 12·L·a·d_head·s, no causal halving), counting the output layer but not the input
+embedding, as torchtitan does. The head width d_head is the model's own when given (Qwen3,
+GPT-OSS: a·d_head != h), else h/a.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Arch:
     fe: int = 0  # expert FFN width
     shared: int = 0  # shared experts
     n_dense: int = 0  # leading dense layers of an MoE model
+    hd: int = 0  # attention head width (0: h / a)
 
     @cached_property
     def is_moe(self) -> bool:
@@ -47,7 +49,12 @@ class Arch:
 
     @cached_property
     def head_dim(self) -> int:
-        return self.h // self.a
+        return self.hd or self.h // self.a
+
+    @cached_property
+    def attn_width(self) -> int:
+        """Query (and attention output) width a·d_head; h unless the model says otherwise."""
+        return self.a * self.head_dim
 
     @cached_property
     def n_moe_layers(self) -> int:
@@ -63,7 +70,8 @@ class Arch:
 
     @cached_property
     def attn_params(self) -> int:
-        return 2 * self.h * self.h + 2 * self.h * self.kv * self.head_dim
+        """q and o (h x a·d_head each), k and v (h x kv·d_head each)."""
+        return 2 * self.h * self.attn_width + 2 * self.h * self.kv * self.head_dim
 
     @cached_property
     def dense_layer_params(self) -> int:
@@ -154,7 +162,8 @@ def resolve_model(spec: ModelSpec) -> Arch:
             p.tie_embeddings,
             p.moe,
         )
-    for k in (*_FIELDS, "gated_mlp", "tie_embeddings", "moe"):
+        base["head_dim"] = p.head_dim
+    for k in (*_FIELDS, "head_dim", "gated_mlp", "tie_embeddings", "moe"):
         v = getattr(spec, k)
         if v is not None:
             base[k] = v
@@ -163,8 +172,12 @@ def resolve_model(spec: ModelSpec) -> Arch:
         raise ValueError(f"model.{missing[0]} is required when model.preset is not given")
     base.setdefault("num_kv_heads", base["num_attention_heads"])
     h, a, kv = base["hidden_size"], base["num_attention_heads"], base["num_kv_heads"]
-    if h % a:
-        raise ValueError(f"model.hidden_size ({h}) must be divisible by num_attention_heads ({a})")
+    hd = base.get("head_dim") or 0
+    if not hd and h % a:
+        raise ValueError(
+            f"model.hidden_size ({h}) must be divisible by num_attention_heads ({a}) "
+            "unless model.head_dim is given"
+        )
     if a % kv:
         raise ValueError(
             f"model.num_attention_heads ({a}) must be a multiple of num_kv_heads ({kv})"
@@ -190,4 +203,5 @@ def resolve_model(spec: ModelSpec) -> Arch:
         fe=moe.expert_ffn_hidden_size if moe else 0,
         shared=moe.num_shared_experts if moe else 0,
         n_dense=moe.num_dense_layers if moe else 0,
+        hd=hd if hd and hd * a != h else 0,
     )

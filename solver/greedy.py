@@ -12,20 +12,23 @@ from meshplan.solver.space import Space
 
 
 def greedy(sp: Space, rows: list[Layout] | None = None) -> Point | None:
-    """Smallest tp, then smallest pp, that fit with ZeRO-3; cheapest recompute; largest batch.
-    `rows`: the layouts to try (default: all of the space's)."""
-    zs = sorted(sp.zs, reverse=True)
+    """Smallest tp, then smallest pp, that fit with the highest ZeRO stage the framework runs
+    there; cheapest recompute; largest batch. `rows`: the layouts to try (default: all)."""
     order = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
     rs = sorted(sp.rs, key=order.get)
     rows = sorted(sp.layouts if rows is None else rows, key=lambda r: (-r.gpus, r.cp, r.tp, r.pp))
     for lay in rows:
         dbs = sorted(sp.compatible("db", lay), key=lambda x: (-x[1] * x[2], x[1]))
-        eps = sorted((e for _, e in sp.compatible("te", lay)), reverse=True)
-        for v in ([v for _, v in sp.compatible("pv", lay)] or [1])[:1]:
-            for _, b, m in dbs:
-                for e in eps[:1]:
-                    for r in rs:
-                        p = Point(lay, v, b, m, e, r, zs[0])
-                        if sp.cm.fits(p):
-                            return p
+        tes = sorted(sp.compatible("te", lay), key=lambda x: (-x[1] * x[2], -x[1]))
+        zs = sp.compatible("z", lay)
+        pvs = sp.compatible("pv", lay)
+        if not (tes and zs and pvs):
+            continue
+        v = pvs[0][1]  # one chunk per stage: no interleaving constraint on the batch
+        for _, b, m in dbs:
+            _, e, et = tes[0]
+            for r in rs:
+                p = Point(lay, v, b, m, e, et, r, max(zs))
+                if sp.cm.fits(p):
+                    return p
     return None

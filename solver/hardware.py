@@ -23,6 +23,7 @@ class Hardware:
     hbm_bw: float  # bytes/s
     intra_bw: float  # bytes/s per GPU, one direction
     inter_bw: float  # bytes/s per GPU, one direction
+    fp8: bool = True  # FP8 tensor cores (catalog fp8_tensor_cores)
 
     def peak(self, precision: Precision) -> float:
         return self.peak_fp8 if precision is Precision.FP8 else self.peak_bf16
@@ -49,4 +50,5 @@ def resolve_cluster(spec: ClusterSpec) -> Hardware:
         hbm_bw=g.hbm_tbps * 1e12,
         intra_bw=(spec.intra_node_gbps or g.intra_node_gbps) * 1e9,
         inter_bw=(spec.inter_node_gbps or g.inter_node_gbps) * 1e9,
+        fp8=g.fp8_tensor_cores,
     )

@@ -39,7 +39,7 @@ def oracle(req: PlanRequest) -> OracleResult:
     n = 0
     for g in counts:
         for t in range(1, max(H.gpn, q.tp) + 1):
-            for p in range(1, A.L + 1):
+            for p in range(1, A.L + 3):  # a profile may add embedding and loss chunks
                 if g % (t * p):
                     continue
                 for c in divisors(g // (t * p)):
@@ -49,10 +49,13 @@ def oracle(req: PlanRequest) -> OracleResult:
                     for v in range(1, q.max_virtual_stages + 1):
                         for b in bs:
                             for m in batch.microbatches(d, b, q.num_microbatches):
-                                for e in eps:
+                                # etp: 1..tp for an MoE model (no profile splits experts
+                                # wider than tp); a dense model has none of its own (= tp)
+                                etps = range(1, t + 1) if A.is_moe else [t]
+                                for e, et in ((e, et) for e in eps for et in etps):
                                     for r in Recompute:
                                         for z in range(4):
-                                            pt = Point(lay, v, b, m, e, r, z)
+                                            pt = Point(lay, v, b, m, e, et, r, z)
                                             if violations(pt, A, H, tr, q, batch):
                                                 continue
                                             n += 1

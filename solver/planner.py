@@ -12,6 +12,7 @@ from meshplan.solver.cpsat.tables import Stopped, Tables
 from meshplan.solver.explain import explain
 from meshplan.solver.greedy import greedy
 from meshplan.solver.hardware import Hardware, resolve_cluster
+from meshplan.solver.profiles import check_request
 from meshplan.solver.results import (
     Alternative,
     Evaluation,
@@ -37,6 +38,13 @@ def check_pins(A: Arch, H: Hardware, q: SearchSpec) -> None:
         raise ValueError(f"search.ep ({q.ep}) needs an MoE model")
     if q.ep and A.is_moe and A.E % q.ep:
         raise ValueError(f"search.ep ({q.ep}) must divide num_experts ({A.E})")
+    if q.etp and not A.is_moe:
+        raise ValueError(f"search.etp ({q.etp}) needs an MoE model")
+    if q.etp and A.is_moe and A.fe % q.etp:
+        raise ValueError(
+            f"search.etp ({q.etp}) must divide the expert FFN width "
+            f"(model.moe.expert_ffn_hidden_size {A.fe})"
+        )
     for name in ("tp", "pp", "dp", "cp"):
         v = getattr(q, name)
         if v and H.num_gpus % v and not q.allow_fewer_gpus:
@@ -46,6 +54,8 @@ def check_pins(A: Arch, H: Hardware, q: SearchSpec) -> None:
 def _resolve(req: PlanRequest | EvaluateRequest) -> tuple[Arch, Hardware, CostModel]:
     A = resolve_model(req.model)
     H = resolve_cluster(req.cluster)
+    t = req.training
+    check_request(t.framework, t.precision, H.name, H.fp8)
     return A, H, CostModel(A, H, req.training, req.search)
 
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 class Precision(str, Enum):
-    """Training precision recipe (seed 002: BF16 mixed = 16 B/param, FP8 recipe = 9 B/param)."""
+    """Training precision; what it keeps per parameter is the framework profile's recipe."""
 
     BF16 = "BF16"
     FP8 = "FP8"
@@ -83,6 +83,15 @@ class ModelSpec(_Strict):
     num_kv_heads: int | None = Field(
         default=None, description="Key/value heads (count; < heads means GQA/MQA).", ge=1
     )
+    head_dim: int | None = Field(
+        default=None,
+        description=(
+            "Width of one attention head (elements; default hidden_size / num_attention_heads; "
+            "Qwen3 and GPT-OSS use a different one, as their config.json head_dim says)."
+        ),
+        ge=1,
+        le=65536,
+    )
     ffn_hidden_size: int | None = Field(
         default=None, description="Dense FFN width (elements).", ge=1
     )
@@ -101,7 +110,7 @@ class ModelSpec(_Strict):
         if a is not None and k is not None and a % k != 0:
             raise ValueError(f"num_attention_heads ({a}) must be a multiple of num_kv_heads ({k})")
         h = self.hidden_size
-        if a is not None and h is not None and h % a != 0:
+        if a is not None and h is not None and self.head_dim is None and h % a != 0:
             raise ValueError(f"hidden_size ({h}) must be divisible by num_attention_heads ({a})")
         return self
 
@@ -164,8 +173,25 @@ class TrainingSpec(_Strict):
     )
     precision: Precision = Field(default=Precision.BF16, description="Precision recipe.")
     framework: Framework = Field(
-        default=Framework.GENERIC,
-        description="Framework profile: the layouts it runs, its memory recipe and efficiency.",
+        default=Framework.MEGATRON,
+        description=(
+            "Framework profile: the layouts it can run, its memory recipe, efficiency and "
+            "export (default MEGATRON: Megatron-Core with Transformer Engine)."
+        ),
+    )
+    grad_reduce_in_bf16: bool = Field(
+        default=False,
+        description=(
+            "Keep and reduce the main gradients in bf16 (2 bytes per parameter) instead of fp32 "
+            "(Megatron-LM --grad-reduce-in-bf16; NeMo's grad_sync_dtype bf16); MEGATRON only."
+        ),
+    )
+    fused_attention: bool = Field(
+        default=True,
+        description=(
+            "Fused (FlashAttention-style) attention that keeps no s x s scores; false stores "
+            "them, 5 bytes per head per token pair (Korthikanti et al. 2022, eq. 2)."
+        ),
     )
     tp_comm_overlap: bool | None = Field(
         default=None,
@@ -228,7 +254,17 @@ class ParallelConfig(_Strict):
     dp: int = Field(description="Data-parallel / FSDP degree (replicas).", ge=1)
     cp: int = Field(default=1, description="Context-parallel degree (sequence shards).", ge=1)
     ep: int = Field(
-        default=1, description="Expert-parallel degree (borrows ranks from dp*cp).", ge=1
+        default=1,
+        description="Expert-parallel degree (GPUs; carved out of tp*cp*dp with etp).",
+        ge=1,
+    )
+    etp: int | None = Field(
+        default=None,
+        description=(
+            "Expert tensor-parallel degree (GPUs; default tp): experts are split over ep*etp "
+            "of the tp*cp*dp ranks, so etp=1 lets ep span the tp ranks (MoE parallel folding)."
+        ),
+        ge=1,
     )
     virtual_stages: int = Field(
         default=1, description="Interleaved model chunks per pipeline stage (count).", ge=1
@@ -243,6 +279,13 @@ class ParallelConfig(_Strict):
         default=True, description="Megatron sequence parallelism with tp (ignored when tp=1)."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _etp_defaults_to_tp(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("etp") is None and "tp" in data:
+            return {**data, "etp": data["tp"]}
+        return data
+
 
 class SearchSpec(_Strict):
     """Pins (0/None = free) and the constraints of the search."""
@@ -252,6 +295,7 @@ class SearchSpec(_Strict):
     dp: int = Field(default=0, description="Pin dp (0: free).", ge=0)
     cp: int = Field(default=0, description="Pin cp (0: free).", ge=0)
     ep: int = Field(default=0, description="Pin ep (0: free).", ge=0)
+    etp: int = Field(default=0, description="Pin expert tensor parallelism (0: free).", ge=0)
     virtual_stages: int = Field(default=0, description="Pin virtual stages (0: free).", ge=0)
     micro_batch_size: int = Field(default=0, description="Pin micro-batch size (0: free).", ge=0)
     num_microbatches: int = Field(default=0, description="Pin micro-batch count (0: free).", ge=0)

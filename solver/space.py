@@ -1,7 +1,9 @@
 """The search space: legal values per axis, pruned in Python before any model is built.
 
-The rules (`violations`) are the specification; `Space` generates exactly the points that obey
-them, and the oracle checks that by enumerating raw ranges against the same rules.
+The rules (`rules.violations`, re-exported here) are the specification; `Space` generates
+exactly the points that obey them, and the oracle checks that by enumerating raw ranges against
+the same rules. Values of different axes that must agree (a row and its pipeline, batch split,
+expert group and ZeRO stage) are given by `Space.compatible`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,18 @@ from math import gcd
 from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel import CostModel, Layout, Point
 from meshplan.solver.hardware import Hardware
-from meshplan.solver.schema import Framework, Precision, Recompute, SearchSpec, TrainingSpec
+from meshplan.solver.profiles import Profile, profile_of
+from meshplan.solver.rules import (
+    expert_group_ok,
+    folds,
+    interleave_ok,
+    sp_required,
+    tp_divides_model,
+    violations,
+)
+from meshplan.solver.schema import Precision, Recompute, SearchSpec, TrainingSpec
+
+__all__ = ["Batch", "Space", "batch_of", "divisors", "fewer_gpu_counts", "violations"]
 
 DEFAULT_CRITICAL_BATCH = 4_194_304  # tokens, when the solver chooses the batch and none is given
 
@@ -72,93 +85,6 @@ def batch_of(training: TrainingSpec) -> Batch:
     return Batch(0, cap // s)
 
 
-def violations(
-    p: Point,
-    A: Arch,
-    H: Hardware,
-    training: TrainingSpec,
-    search: SearchSpec,
-    batch: Batch,
-    *,
-    check_pins: bool = True,
-) -> list[str]:
-    """Structural rules a point breaks (memory is checked by the cost model)."""
-    c, lay, out = p, p.lay, []
-    s = training.seq_len
-    if lay.tp * lay.pp * lay.cp * lay.dp != lay.gpus:
-        out.append(
-            f"tp({lay.tp})*pp({lay.pp})*cp({lay.cp})*dp({lay.dp})={lay.gpus} is not the GPU count"
-        )
-    if lay.gpus > H.num_gpus:
-        out.append(f"the layout needs {lay.gpus} GPUs but the cluster has {H.num_gpus}")
-    elif lay.gpus != H.num_gpus and not search.allow_fewer_gpus:
-        out.append(
-            f"the layout uses {lay.gpus} of {H.num_gpus} GPUs (search.allow_fewer_gpus is off)"
-        )
-    if A.a % lay.tp or A.kv % lay.tp:
-        out.append(f"tp ({lay.tp}) must divide the attention heads ({A.a}) and KV heads ({A.kv})")
-    if A.f % lay.tp or (A.is_moe and A.fe % lay.tp):
-        out.append(f"tp ({lay.tp}) must divide the FFN width")
-    if s % (2 * lay.tp * lay.cp):
-        out.append(f"seq_len ({s}) must be divisible by 2*tp*cp = {2 * lay.tp * lay.cp}")
-    if lay.pp > A.L or lay.pp * c.v > A.L:
-        out.append(f"pp*virtual_stages ({lay.pp}*{c.v}) exceeds the layers ({A.L})")
-    if lay.pp == 1 and c.v > 1:
-        out.append("virtual_stages > 1 needs pp > 1")
-    if not A.is_moe and c.ep != 1:
-        out.append(f"ep ({c.ep}) > 1 needs an MoE model")
-    if A.is_moe and (A.E % c.ep or (lay.dp * lay.cp) % c.ep):
-        out.append(f"ep ({c.ep}) must divide the experts ({A.E}) and dp*cp ({lay.dp * lay.cp})")
-    if lay.sp and lay.tp == 1:
-        out.append("sequence_parallel needs tp > 1")
-    tokens = lay.dp * c.b * c.M * s
-    if batch.fixed_seqs and tokens != batch.fixed_seqs * s:
-        out.append(
-            f"dp*micro_batch_size*num_microbatches*seq_len = {tokens} != global_batch_tokens ({batch.fixed_seqs * s})"
-        )
-    if batch.cap_seqs and tokens > batch.cap_seqs * s:
-        out.append(
-            f"global batch {tokens} tokens exceeds the critical batch ({batch.cap_seqs * s})"
-        )
-    if training.framework is Framework.KEMPNERFORGE:
-        if A.is_moe and lay.pp > 1:
-            out.append("KempnerForge rejects MoE with pp > 1 (seed 001)")
-        if training.precision is Precision.FP8 and lay.tp > 1:
-            out.append("KempnerForge rejects FP8 with tp > 1 (seed 001)")
-        if lay.cp > 1:
-            out.append("KempnerForge's context parallelism is a stub (seed 001)")
-    if check_pins:
-        out += _pin_violations(p, search)
-    return out
-
-
-def _pin_violations(p: Point, q: SearchSpec) -> list[str]:
-    got = {
-        "tp": p.lay.tp,
-        "pp": p.lay.pp,
-        "dp": p.lay.dp,
-        "cp": p.lay.cp,
-        "ep": p.ep,
-        "virtual_stages": p.v,
-        "micro_batch_size": p.b,
-        "num_microbatches": p.M,
-    }
-    out = [
-        f"search.{k} is pinned to {getattr(q, k)}"
-        for k, v in got.items()
-        if getattr(q, k) and getattr(q, k) != v
-    ]
-    if q.zero_stage is not None and q.zero_stage != p.z:
-        out.append(f"search.zero_stage is pinned to {q.zero_stage}")
-    if q.recompute is not None and q.recompute is not p.r:
-        out.append(f"search.recompute is pinned to {q.recompute.value}")
-    if q.sequence_parallel is not None and p.lay.tp > 1 and q.sequence_parallel != p.lay.sp:
-        out.append(f"search.sequence_parallel is pinned to {q.sequence_parallel}")
-    if p.lay.tp > 1 and q.sequence_parallel is None and not p.lay.sp:
-        out.append("sequence_parallel is on whenever tp > 1 unless pinned off")
-    return out
-
-
 @dataclass
 class Space:
     """Legal values per axis for one request, and the cost model that scores them."""
@@ -171,11 +97,11 @@ class Space:
     batch: Batch
     layouts: list[Layout] = field(default_factory=list)
     all_layouts: list[Layout] = field(default_factory=list)  # before the memory prune
-    te_all: list[tuple[int, int]] = field(default_factory=list)
+    te_all: list[tuple[int, int, int]] = field(default_factory=list)
     db_all: list[tuple[int, int, int]] = field(default_factory=list)
     pv: list[tuple[int, int]] = field(default_factory=list)
     db: list[tuple[int, int, int]] = field(default_factory=list)
-    te: list[tuple[int, int]] = field(default_factory=list)
+    te: list[tuple[int, int, int]] = field(default_factory=list)  # (tp, ep, etp)
     rs: list[Recompute] = field(default_factory=list)
     zs: list[int] = field(default_factory=list)
 
@@ -195,16 +121,19 @@ class Space:
         sp._generate(num_gpus or H.num_gpus, prune)
         return sp
 
+    @property
+    def profile(self) -> Profile:
+        return profile_of(self.training.framework)
+
     # -- per-axis domains ------------------------------------------------------------------
     def tp_values(self) -> list[int]:
-        A, q = self.A, self.search
-        g = gcd(gcd(A.a, A.kv), gcd(A.f, A.fe) if A.is_moe else A.f)
-        vals = [t for t in divisors(g) if t <= self.H.gpn or t == q.tp]
+        A, q, prof = self.A, self.search, self.profile
+        g = gcd(A.a, A.kv)
+        vals = [t for t in divisors(g) if (t <= self.H.gpn or t == q.tp) and tp_divides_model(A, t)]
         vals = [t for t in vals if self.training.seq_len % (2 * t) == 0]
-        if (
-            self.training.framework is Framework.KEMPNERFORGE
-            and self.training.precision is Precision.FP8
-        ):
+        if self.training.precision is Precision.FP8 and not prof.fp8_with_tp:
+            vals = [t for t in vals if t == 1]
+        if sp_required(prof, A) and q.sequence_parallel is False:
             vals = [t for t in vals if t == 1]
         return [t for t in vals if not q.tp or t == q.tp]
 
@@ -213,30 +142,51 @@ class Space:
             return [1]
         return [e for e in divisors(self.A.E) if not self.search.ep or e == self.search.ep]
 
+    def expert_groups(self, tp: int) -> list[tuple[int, int, int]]:
+        """(tp, ep, etp) values with this tp, before any layout (pins applied)."""
+        q = self.search
+        return [
+            (tp, e, et)
+            for e in self.ep_values()
+            for et in self.profile.etp_values(tp, self.A.is_moe)
+            if (not q.etp or et == q.etp) and expert_group_ok(self.A, self.profile, tp, e, et)
+        ]
+
+    def zero_values(self, row: Layout) -> list[int]:
+        """ZeRO stages the framework runs on this layout, within the space's (pinned) stages."""
+        fp8 = self.training.precision is Precision.FP8
+        ok = self.profile.zero_allowed(row.pp, row.dp * row.cp, fp8)
+        return [z for z in self.zs if z in ok]
+
     def _generate(self, n: int, prune: bool = True) -> None:
-        A, q, s = self.A, self.search, self.training.seq_len
+        A, q, s, prof = self.A, self.search, self.training.seq_len, self.profile
         counts = fewer_gpu_counts(n, self.H.gpn) if q.allow_fewer_gpus else [n]
-        kf = self.training.framework is Framework.KEMPNERFORGE
-        no_pp, no_cp = kf and A.is_moe, kf
-        eps = self.ep_values()
-        rows: set[Layout] = set()
-        for g in counts:
-            for t in self.tp_values():
-                if g % t:
-                    continue
-                for c in divisors(g // t):
-                    if s % (2 * t * c) or (q.cp and c != q.cp) or (no_cp and c > 1):
-                        continue
-                    for p in divisors(g // (t * c)):
-                        if p > A.L or (q.pp and p != q.pp) or (no_pp and p > 1):
-                            continue
-                        d = g // (t * c * p)
-                        if (q.dp and d != q.dp) or not any((d * c) % e == 0 for e in eps):
-                            continue
-                        sp_on = t > 1 and (q.sequence_parallel is not False)
-                        rows.add(Layout(t, p, c, d, g, sp_on))
+        no_pp = (A.is_moe and not prof.moe_with_pp) or (A.tied and not prof.tied_with_pp)
         self.rs = [q.recompute] if q.recompute else list(Recompute)
         self.zs = [q.zero_stage] if q.zero_stage is not None else [0, 1, 2, 3]
+        groups = {t: self.expert_groups(t) for t in self.tp_values()}
+        rows: set[Layout] = set()
+        for g in counts:
+            for t, tes in groups.items():
+                if g % t or not tes:
+                    continue
+                for c in divisors(g // t):
+                    if s % (2 * t * c) or (q.cp and c != q.cp):
+                        continue
+                    if c > 1 and not prof.context_parallel:
+                        continue
+                    for p in divisors(g // (t * c)):
+                        if p > A.L + prof.extra_chunks or (q.pp and p != q.pp) or (no_pp and p > 1):
+                            continue
+                        d = g // (t * c * p)
+                        if q.dp and d != q.dp:
+                            continue
+                        if not any(folds(t, c, d, e, et) for _, e, et in tes):
+                            continue
+                        sp_on = t > 1 and (q.sequence_parallel is not False)
+                        row = Layout(t, p, c, d, g, sp_on)
+                        if self.zero_values(row):
+                            rows.add(row)
         # Free micro-batch sizes are powers of two (what launchers and kernels are tuned for).
         pow2 = [1 << k for k in range(q.max_micro_batch_size.bit_length())]
         bs = [q.micro_batch_size] if q.micro_batch_size else pow2
@@ -250,6 +200,7 @@ class Space:
         rows = {r for r in rows if r.dp in dps}
         self.all_layouts = sorted(rows)
         self.db_all = sorted(db)
+        self.te_all = sorted({x for r in self.all_layouts for x in self._te_of(r, groups)})
         self.layouts = sorted(self._prune(rows) if prune else rows)
         keep_d = {r.dp for r in self.layouts}
         self.db = [x for x in self.db_all if x[0] in keep_d]
@@ -259,24 +210,33 @@ class Space:
                 (r.pp, v)
                 for r in self.layouts
                 for v in vs
-                if (v == 1 or r.pp > 1)
-                and r.pp * v <= A.L
+                if (v == 1 or (r.pp > 1 and prof.interleaving))
+                and r.pp * v <= A.L + prof.extra_chunks
                 and (not q.virtual_stages or v == q.virtual_stages)
             }
         )
-        self.te = sorted({(r.tp, e) for r in self.layouts for e in eps if (r.dp * r.cp) % e == 0})
-        self.te_all = sorted({(r.tp, e) for r in self.all_layouts for e in eps})
+        self.te = sorted({x for r in self.layouts for x in self._te_of(r, groups)})
         pps = {p for p, _ in self.pv}
         self.layouts = [r for r in self.layouts if r.pp in pps]
 
+    @staticmethod
+    def _te_of(row: Layout, groups: dict[int, list[tuple[int, int, int]]]) -> list:
+        return [x for x in groups.get(row.tp, []) if folds(row.tp, row.cp, row.dp, x[1], x[2])]
+
     def compatible(self, axis: str, row: Layout) -> list:
-        """Values of a composite axis that agree with a layout row: (pp, v) with its pp,
-        (dp, b, M) with its dp, (tp, ep) with its tp and ep dividing dp·cp."""
+        """Values of an axis that agree with a layout row: (pp, v) with its pp, (dp, b, M) with
+        its dp, (tp, ep, etp) with its tp and folding into its tp·cp·dp, z the framework runs."""
         if axis == "pv":
             return [v for v in self.pv if v[0] == row.pp]
         if axis == "db":
             return [v for v in self.db if v[0] == row.dp]
-        return [v for v in self.te if v[0] == row.tp and (row.dp * row.cp) % v[1] == 0]
+        if axis == "z":
+            return self.zero_values(row)
+        return [v for v in self.te if v[0] == row.tp and folds(row.tp, row.cp, row.dp, v[1], v[2])]
+
+    def pipeline_fits_batch(self, pv: tuple[int, int], db: tuple[int, int, int]) -> bool:
+        """The pipeline schedule runs this micro-batch count (Megatron's interleaving)."""
+        return interleave_ok(self.profile, pv[0], pv[1], db[2])
 
     def restrict(self, rows: list[Layout]) -> Space:
         """The same space over some of its layout rows, with the axis values those rows use."""
@@ -294,16 +254,18 @@ class Space:
         return sorted({b for _, b, _ in self.db})
 
     def least_memory_point(self, row: Layout) -> Point | None:
-        """The row's point of least memory: memory falls monotonically with a higher ZeRO
-        stage, fuller recomputation, a smaller micro-batch and count, more experts per rank and
-        one chunk per stage, so this point bounds every other point of the row."""
+        """The row's point of least memory: memory falls with a higher ZeRO stage (of those the
+        framework runs on the row), fuller recomputation, a smaller micro-batch and count, a
+        larger expert group and one chunk per stage, so this point bounds the row's others."""
         dbs = [x for x in self.db_all if x[0] == row.dp]
-        eps = [e for e in self.ep_values() if (row.dp * row.cp) % e == 0]
-        if not dbs or not eps:
+        tes = [x for x in self.te_all if x[0] == row.tp and folds(row.tp, row.cp, row.dp, *x[1:])]
+        zs = self.zero_values(row)
+        if not dbs or not tes or not zs:
             return None
         _, b, m = min(dbs, key=lambda x: (x[1], x[2]))
+        _, e, et = max(tes, key=lambda x: (x[1] * x[2], x[1]))
         order = [Recompute.FULL, Recompute.SELECTIVE, Recompute.NONE]
-        return Point(row, 1, b, m, max(eps), min(self.rs, key=order.index), max(self.zs))
+        return Point(row, 1, b, m, e, et, min(self.rs, key=order.index), max(zs))
 
     def _prune(self, rows: set[Layout]) -> list[Layout]:
         """Drop layouts whose least-memory point overflows."""
@@ -312,9 +274,11 @@ class Space:
 
     def points(self):  # noqa: ANN201  (generator of Point; the product, for small spaces only)
         for lay in self.layouts:
-            for _, v in self.compatible("pv", lay):
-                for _, b, m in self.compatible("db", lay):
-                    for _, e in self.compatible("te", lay):
+            for pv in self.compatible("pv", lay):
+                for db in self.compatible("db", lay):
+                    if not self.pipeline_fits_batch(pv, db):
+                        continue
+                    for _, e, et in self.compatible("te", lay):
                         for r in self.rs:
-                            for z in self.zs:
-                                yield Point(lay, v, b, m, e, r, z)
+                            for z in self.compatible("z", lay):
+                                yield Point(lay, pv[1], db[1], db[2], e, et, r, z)

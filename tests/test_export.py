@@ -1,351 +1,430 @@
-"""meshplan.tools.export: every snippet parses with its format's own parser and carries the plan."""
+"""meshplan.tools.export: for random plans of every framework profile, the snippet parses with
+the framework's own format, uses only names the framework defines (the lists in
+tests/data/export, each citing its commit) and carries every knob of the plan and the model's
+shape; what a framework cannot express is refused."""
 
 from __future__ import annotations
 
 import json
-import math
+import random
 import re
 import shlex
 import tomllib
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from meshplan.solver.schema import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
+from meshplan.solver.arch import Arch, resolve_model
+from meshplan.solver.costmodel import CostModel, Point
+from meshplan.solver.hardware import resolve_cluster
+from meshplan.solver.schema import (
+    ClusterSpec,
+    Framework,
+    ModelSpec,
+    ParallelConfig,
+    Precision,
+    Recompute,
+    SearchSpec,
+    TrainingSpec,
+)
+from meshplan.solver.space import Space
 from meshplan.tools.export import KINDS, emit
-from meshplan.tools.hf_config import load_hf_config
+from meshplan.tools.export_formats import shape_limits
 
-DATA = Path(__file__).parent / "data" / "hf"
-
-# Argument names defined in NVIDIA/Megatron-LM megatron/training/arguments.py (the groups
-# network size, training, mixed precision, distributed, data, tokenizer, moe, transformer
-# engine), copied from the add_argument calls.
-MEGATRON_FLAGS = frozenset(
-    """
-    --num-layers --encoder-num-layers --decoder-num-layers --hidden-size --ffn-hidden-size
-    --num-attention-heads --attention-backend --kv-channels --group-query-attention
-    --num-query-groups --window-size --max-position-embeddings --position-embedding-type
-    --use-rotary-position-embeddings --rotary-base --rotary-percent --rotary-interleaved
-    --use-rope-scaling --rope-scaling-factor --no-position-embedding
-    --make-vocab-size-divisible-by --normalization --norm-epsilon --apply-layernorm-1p
-    --openai-gelu --squared-relu --swiglu --untie-embeddings-and-output-weights
-    --multi-latent-attention --mtp-num-layers --qk-layernorm
-    --micro-batch-size --batch-size --global-batch-size --rampup-batch-size
-    --recompute-activations --recompute-granularity --distribute-saved-activations
-    --recompute-method --recompute-num-layers --recompute-modules --cpu-offloading-num-layers
-    --tp-comm-overlap --train-iters --train-samples --log-interval --disable-bias-linear
-    --add-qkv-bias --optimizer --sequence-parallel --use-legacy-models --use-flash-attn
-    --cross-entropy-loss-fusion --seed --init-method-std --lr --min-lr --lr-decay-style
-    --lr-warmup-iters --save --load --save-interval --ckpt-format
-    --fp16 --bf16 --grad-reduce-in-bf16 --loss-scale --accumulate-allreduce-grads-in-fp32
-    --attention-softmax-in-fp32
-    --tensor-model-parallel-size --pipeline-model-parallel-size
-    --decoder-first-pipeline-num-layers --decoder-last-pipeline-num-layers
-    --pipeline-model-parallel-layout --num-layers-per-virtual-pipeline-stage
-    --num-virtual-stages-per-pipeline-rank --microbatch-group-size-per-virtual-pipeline-stage
-    --no-overlap-p2p-communication --distributed-backend --distributed-timeout-minutes
-    --overlap-grad-reduce --overlap-param-gather --use-distributed-optimizer
-    --use-megatron-fsdp --data-parallel-sharding-strategy --num-distributed-optimizer-instances
-    --use-torch-fsdp2 --torch-fsdp2-no-reshard-after-forward --context-parallel-size
-    --cp-comm-type --hierarchical-context-parallel-sizes
-    --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split
-    --vocab-size --tokenizer-type --tokenizer-model --vocab-file --merge-file
-    --data-path --split --seq-length --mock-data --num-workers
-    --expert-model-parallel-size --expert-tensor-parallel-size --num-experts --moe-layer-freq
-    --moe-ffn-hidden-size --moe-shared-expert-intermediate-size --moe-shared-expert-overlap
-    --moe-grouped-gemm --moe-router-load-balancing-type --moe-router-score-function
-    --moe-router-topk --moe-router-pre-softmax --moe-router-num-groups --moe-router-group-topk
-    --moe-router-topk-scaling-factor --moe-router-enable-expert-bias
-    --fp8-format --fp8-recipe --fp8-margin --fp8-amax-history-len --fp8-amax-compute-algo
-    --transformer-impl --fp8-param-gather
-    """.split()  # noqa: SIM905 (a word list reads better than 130 quoted strings)
-)
+DATA = Path(__file__).parent / "data" / "export"
 
 
-def megatron_args(text: str) -> dict[str, str | bool]:
-    """Parse the snippet as a shell would (line continuations, comments) into flag -> value."""
-    tokens = shlex.split(text.replace("\\\n", " "), comments=True)
-    out: dict[str, str | bool] = {}
-    for i, tok in enumerate(tokens):
-        assert tok.startswith("--") or tokens[i - 1].startswith("--"), tok
+def _names(file: str) -> frozenset[str]:
+    lines = (DATA / file).read_text().splitlines()
+    return frozenset(x for x in lines if x and not x.startswith("#"))
+
+
+MEGATRON_FLAGS = _names("megatron_flags.txt")
+MEGATRON_DEEPSPEED_FLAGS = _names("megatron_deepspeed_flags.txt")
+DEEPSPEED_KEYS = _names("deepspeed_keys.txt")
+TORCHTITAN_KEYS = _names("torchtitan_keys.txt")
+KEMPNERFORGE_KEYS = _names("kempnerforge_keys.txt")
+
+
+# --- parsing each format with its own rules ------------------------------------------------------
+
+
+def shell_args(text: str, known: frozenset[str]) -> dict[str, list[str]]:
+    """argparse-style: every --flag is a defined name, followed by its value words."""
+    out: dict[str, list[str]] = {}
+    key = None
+    for tok in shlex.split(text.replace("\\\n", " "), comments=True):
         if tok.startswith("--"):
-            nxt = tokens[i + 1] if i + 1 < len(tokens) else "--"
-            out[tok] = True if nxt.startswith("--") else nxt
+            assert tok in known, f"not an argument of the launcher: {tok}"
+            key = tok
+            out[key] = []
+        else:
+            assert key is not None, tok
+            out[key].append(tok)
     return out
 
 
-def parse(kind: str, text: str) -> dict:
-    if kind == "megatron":
-        args = megatron_args(text)
-        unknown = set(args) - MEGATRON_FLAGS
-        unknown |= set(re.findall(r"--[a-z0-9][a-z0-9-]*", text)) - MEGATRON_FLAGS  # in notes too
-        assert not unknown, f"not Megatron-LM arguments: {sorted(unknown)}"
-        return args
-    if kind == "deepspeed":
-        return json.loads(text)
-    return tomllib.loads(text)
+def toml_paths(d: dict, prefix: str = "") -> set[str]:
+    out = set()
+    for k, v in d.items():
+        path = f"{prefix}{k}"
+        out |= toml_paths(v, path + ".") if isinstance(v, dict) else {path}
+    return out
 
 
-def model(stem: str) -> ModelSpec:
-    return load_hf_config(DATA / f"{stem}.json")
+def one(args: dict[str, list[str]], flag: str, default: str | None = None) -> str | None:
+    return args[flag][0] if flag in args else default
 
 
-def run_all(c: ParallelConfig, m: ModelSpec, t: TrainingSpec) -> dict[str, tuple[dict, str]]:
+def megatron_layout_chunks(layout: str) -> list[int]:
+    """Layers per chunk of a --pipeline-model-parallel-layout (Megatron's own expansion rule)."""
+    s = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), layout)
+    return [stage.count("t") for stage in s.split("|")]
+
+
+def read_megatron(text: str, A: Arch, known: frozenset[str] = MEGATRON_FLAGS) -> dict:
+    a = shell_args(text, known)
+    tp, pp = (
+        int(one(a, "--tensor-model-parallel-size")),
+        int(one(a, "--pipeline-model-parallel-size")),
+    )
+    v = int(one(a, "--num-virtual-stages-per-pipeline-rank", "1"))
+    if "--pipeline-model-parallel-layout" in a:
+        chunks = megatron_layout_chunks(one(a, "--pipeline-model-parallel-layout"))
+        assert sum(chunks) == A.L and len(chunks) % pp == 0
+        v = len(chunks) // pp
+    elif pp > 1:
+        assert A.L % (pp * v) == 0
+    zero = 0
+    if "--use-distributed-optimizer" in a:
+        zero = 1
+    if "--use-megatron-fsdp" in a:
+        zero = {"optim_grads": 2, "optim_grads_params": 3}[
+            one(a, "--data-parallel-sharding-strategy")
+        ]
+    rec = {None: Recompute.NONE, "selective": Recompute.SELECTIVE, "full": Recompute.FULL}
+    return {
+        "tp": tp,
+        "pp": pp,
+        "cp": int(one(a, "--context-parallel-size")),
+        "ep": int(one(a, "--expert-model-parallel-size", "1")),
+        "etp": int(one(a, "--expert-tensor-parallel-size", str(tp))),
+        "v": v,
+        "b": int(one(a, "--micro-batch-size")),
+        "global": int(one(a, "--global-batch-size")),
+        "zero": zero,
+        "recompute": rec[one(a, "--recompute-granularity")],
+        "sp": "--sequence-parallel" in a,
+        "fp8": "--fp8-format" in a,
+        "seq": int(one(a, "--seq-length")),
+        "shape": (
+            int(one(a, "--num-layers")),
+            int(one(a, "--hidden-size")),
+            int(one(a, "--num-attention-heads")),
+            int(one(a, "--num-query-groups", one(a, "--num-attention-heads"))),
+        ),
+        "args": a,
+    }
+
+
+def read_torchtitan(text: str) -> dict:
+    d = tomllib.loads(text)
+    unknown = toml_paths(d) - TORCHTITAN_KEYS
+    assert not unknown, f"not torchtitan config fields: {sorted(unknown)}"
+    par, tr = d["parallelism"], d["training"]
+    pp = par["pipeline_parallel_degree"]
+    b = par.get("pipeline_parallel_microbatch_size", tr["local_batch_size"])
+    if pp > 1:
+        parts = par["module_fqns_per_model_part"]
+        assert len(parts) % pp == 0
+        v = len(parts) // pp
+        interleaved = par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+        assert interleaved == (v > 1)
+    else:
+        v = 1
+    mode = d["activation_checkpoint"]["mode"]
+    return {
+        "tp": par["tensor_parallel_degree"],
+        "pp": pp,
+        "cp": par["context_parallel_degree"],
+        "ep": par["expert_parallel_degree"],
+        "etp": par.get("expert_tensor_parallel_degree", par["tensor_parallel_degree"]),
+        "v": v,
+        "b": b,
+        "global": tr["global_batch_size"],
+        "dp": par["data_parallel_shard_degree"] * par["data_parallel_replicate_degree"],
+        "recompute": Recompute(mode.upper()),
+        "fp8": "quantize.linear.float8" in d.get("model", {}).get("converters", []),
+        "seq": tr["seq_len"],
+        "raw": d,
+    }
+
+
+def read_deepspeed(text: str, A: Arch) -> dict:
+    d = json.loads(text)
+    paths = {k for k in d if not k.startswith("_")}
+    paths |= {f"zero_optimization.{k}" for k in d["zero_optimization"]}
+    assert not paths - DEEPSPEED_KEYS, (
+        f"not DeepSpeed config keys: {sorted(paths - DEEPSPEED_KEYS)}"
+    )
+    argv = d["_megatron_deepspeed"]
+    assert argv.startswith("pretrain_gpt.py ")
+    a = shell_args(argv.removeprefix("pretrain_gpt.py "), MEGATRON_DEEPSPEED_FLAGS)
+    pp = 1 if "--no-pipeline-parallel" in a else int(one(a, "--pipeline-model-parallel-size"))
+    tp = int(one(a, "--tensor-model-parallel-size"))
+    rec = {None: Recompute.NONE, "selective": Recompute.SELECTIVE, "full": Recompute.FULL}
+    experts = [int(x) for x in a.get("--num-experts", ["1"])]
+    assert int(one(a, "--global-batch-size")) == d["train_batch_size"]
+    assert int(one(a, "--micro-batch-size")) == d["train_micro_batch_size_per_gpu"]
+    return {
+        "tp": tp,
+        "pp": pp,
+        "cp": 1,
+        "ep": int(one(a, "--moe-expert-parallel-size", "1")),
+        "etp": tp if ("--enable-expert-tensor-parallelism" in a or max(experts) == 1) else 1,
+        "v": 1,
+        "b": d["train_micro_batch_size_per_gpu"],
+        "M": d["gradient_accumulation_steps"],
+        "global": d["train_batch_size"],
+        "zero": d["zero_optimization"]["stage"],
+        "recompute": rec[one(a, "--recompute-granularity")],
+        "sp": "--sequence-parallel" in a,
+        "fp8": False,
+        "seq": int(one(a, "--seq-length")),
+        "experts": experts,
+        "shape": (
+            int(one(a, "--num-layers")),
+            int(one(a, "--hidden-size")),
+            int(one(a, "--num-attention-heads")),
+            int(one(a, "--num-key-value-heads")),
+        ),
+    }
+
+
+def read_kempnerforge(text: str) -> dict:
+    d = tomllib.loads(text)
+    unknown = toml_paths(d) - KEMPNERFORGE_KEYS
+    assert not unknown, f"not KempnerForge config fields: {sorted(unknown)}"
+    dist, tr, m = d["distributed"], d["train"], d["model"]
+    return {
+        "tp": dist["tp"],
+        "pp": dist["pp"],
+        "cp": dist["cp"],
+        "ep": dist["ep"],
+        "v": 1,
+        "b": tr["batch_size"],
+        "M": tr["grad_accum_steps"],
+        "dp": dist["dp_shard"] * dist["dp_replicate"],
+        "zero": 0 if dist["dp_replicate"] > 1 else None,
+        "recompute": Recompute(tr["activation_checkpointing"].upper()),
+        "fp8": tr["mixed_precision"] == "fp8",
+        "seq": tr["seq_len"],
+        "shape": (m["n_layers"], m["dim"], m["n_heads"], m["n_kv_heads"]),
+    }
+
+
+# --- random plans of each profile ---------------------------------------------------------------
+
+MODELS = ["llama3-8b", "gpt3-175b", "mixtral-8x7b", "qwen3-235b-a22b", "deepseek-v3"]
+KIND_OF = {
+    Framework.MEGATRON: "megatron",
+    Framework.TORCHTITAN: "torchtitan",
+    Framework.DEEPSPEED: "deepspeed",
+    Framework.KEMPNERFORGE: "kempnerforge",
+    Framework.GENERIC: "megatron",
+}
+
+
+def random_plans(framework: Framework, n: int, seed: int) -> list[tuple[Point, str, TrainingSpec]]:
+    """n points of the search space of that profile (so plans it may return), drawn at random
+    over models, GPU counts, sequence lengths and precisions."""
+    rng = random.Random(seed)
+    out: list[tuple[Point, str, TrainingSpec]] = []
+    while len(out) < n:
+        model = rng.choice(MODELS)
+        prec = rng.choice([Precision.BF16, Precision.FP8])
+        if framework is Framework.DEEPSPEED:
+            prec = Precision.BF16
+        t = TrainingSpec(seq_len=rng.choice([2048, 4096]), precision=prec, framework=framework)
+        q = SearchSpec(max_micro_batch_size=4, max_virtual_stages=3)
+        A = resolve_model(ModelSpec(preset=model))
+        if shape_limits(KIND_OF[framework], A):  # a shape its config cannot describe
+            continue
+        H = resolve_cluster(ClusterSpec(num_gpus=rng.choice([16, 64, 256])))
+        sp = Space.build(A, H, t, q, CostModel(A, H, t, q), prune=False)
+        if not sp.layouts:
+            continue
+        lay = rng.choice(sp.layouts)
+        pvs, dbs = sp.compatible("pv", lay), sp.compatible("db", lay)
+        tes, zs = sp.compatible("te", lay), sp.compatible("z", lay)
+        if not (pvs and dbs and tes and zs):
+            continue
+        pv, db = rng.choice(pvs), rng.choice(dbs)
+        if not sp.pipeline_fits_batch(pv, db):
+            continue
+        te = rng.choice(tes)
+        p = Point(lay, pv[1], db[1], db[2], te[1], te[2], rng.choice(sp.rs), rng.choice(zs))
+        out.append((p, model, t))
+    return out
+
+
+SEEDS = {
+    Framework.MEGATRON: 1,
+    Framework.TORCHTITAN: 2,
+    Framework.DEEPSPEED: 3,
+    Framework.KEMPNERFORGE: 4,
+}
+CASES = [
+    (fw, i, p, model, t)
+    for fw in (
+        Framework.MEGATRON,
+        Framework.TORCHTITAN,
+        Framework.DEEPSPEED,
+        Framework.KEMPNERFORGE,
+    )
+    for i, (p, model, t) in enumerate(random_plans(fw, 20, seed=SEEDS[fw]))
+]
+
+
+@pytest.mark.parametrize(
+    "fw,i,p,model,t", CASES, ids=[f"{c[0].value}-{c[1]}-{c[3]}" for c in CASES]
+)
+def test_random_plan_exports_with_every_knob(
+    fw: Framework, i: int, p: Point, model: str, t: TrainingSpec
+) -> None:
+    A = resolve_model(ModelSpec(preset=model))
+    c = p.config()
     tokens = c.dp * c.micro_batch_size * c.num_microbatches * t.seq_len
-    out = {}
-    for kind in KINDS:
-        text = emit(kind, c, m, t, tokens)
-        out[kind] = (parse(kind, text), text)
-    return out
+    kind = KIND_OF[fw]
+    text = emit(None, c, ModelSpec(preset=model), t, tokens)
+    seqs = c.dp * c.micro_batch_size * c.num_microbatches
+    got = {
+        "megatron": lambda: read_megatron(text, A),
+        "torchtitan": lambda: read_torchtitan(text),
+        "deepspeed": lambda: read_deepspeed(text, A),
+        "kempnerforge": lambda: read_kempnerforge(text),
+    }[kind]()
+    want = {
+        "tp": c.tp,
+        "pp": c.pp,
+        "cp": c.cp,
+        "ep": c.ep,
+        "v": c.virtual_stages,
+        "b": c.micro_batch_size,
+        "recompute": c.recompute,
+        "fp8": t.precision is Precision.FP8,
+        "seq": t.seq_len,
+    }
+    for k, v in want.items():
+        assert got[k] == v, (k, got[k], v, text)
+    if A.is_moe and kind != "kempnerforge":
+        assert got["etp"] == c.etp
+    if "global" in got:
+        assert got["global"] == seqs
+    if "dp" in got:
+        assert got["dp"] == c.dp
+    if "M" in got:
+        assert got["M"] == c.num_microbatches
+    if "shape" in got:
+        assert got["shape"] == (A.L, A.h, A.a, A.kv)
+    if "zero" in got and got["zero"] is not None:
+        assert got["zero"] == c.zero_stage
+    if "sp" in got:
+        assert got["sp"] == (c.sequence_parallel and c.tp > 1)
 
 
-def notes(kind: str, text: str, parsed: dict) -> str:
-    return " ".join(parsed["_meshplan_note"]) if kind == "deepspeed" else text
+# --- a few plans read in detail -----------------------------------------------------------------
 
 
-# --- dense, pp with interleaving ------------------------------------------------------------
-
-DENSE_PP = ParallelConfig(
-    tp=8,
-    pp=4,
-    dp=4,
-    virtual_stages=5,
-    micro_batch_size=1,
-    num_microbatches=16,
-    zero_stage=1,
-    recompute=Recompute.SELECTIVE,
-)
+def _emit(kind: str, c: ParallelConfig, model: str, **training: object) -> str:
+    t = TrainingSpec(**training)
+    tokens = c.dp * c.micro_batch_size * c.num_microbatches * t.seq_len
+    return emit(kind, c, ModelSpec(preset=model), t, tokens)
 
 
-def test_dense_pp_interleaved() -> None:
-    r = run_all(DENSE_PP, model("llama2_70b"), TrainingSpec(seq_len=4096))
-    meg = r["megatron"][0]
-    assert (
-        meg["--tensor-model-parallel-size"] == "8" and meg["--pipeline-model-parallel-size"] == "4"
-    )
-    assert meg["--num-layers-per-virtual-pipeline-stage"] == "4"  # 80 / (4 * 5)
-    assert meg["--micro-batch-size"] == "1" and meg["--global-batch-size"] == "64"
-    assert meg["--seq-length"] == "4096" and meg["--recompute-granularity"] == "selective"
-    assert meg["--sequence-parallel"] is True and meg["--use-distributed-optimizer"] is True
-    assert meg["--bf16"] is True and "--fp8-format" not in meg
-    assert meg["--num-query-groups"] == "8" and meg["--swiglu"] is True
-
-    tt = r["torchtitan"][0]
-    par = tt["parallelism"]
-    assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (4, 1)
-    assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"]) == (8, 4)
-    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
-    assert par["pipeline_parallel_layers_per_stage"] == 4
-    assert par["pipeline_parallel_microbatch_size"] == 1
-    assert tt["training"] == {"local_batch_size": 16, "global_batch_size": 64, "seq_len": 4096}
-    assert tt["activation_checkpoint"]["mode"] == "selective"
-    assert "ZeRO-1" in r["torchtitan"][1]
-
-    ds, ds_text = r["deepspeed"]
-    assert ds["train_batch_size"] == 64 and ds["train_micro_batch_size_per_gpu"] == 1
-    assert ds["gradient_accumulation_steps"] == 16 and ds["zero_optimization"]["stage"] == 1
-    assert ds["bf16"]["enabled"] is True and ds["tensor_parallel"]["autotp_size"] == 8
-    assert "PipelineModule(num_stages=4)" in notes("deepspeed", ds_text, ds)
-    assert "virtual_stages=5" in notes("deepspeed", ds_text, ds)
-
-    kf, kf_text = r["kempnerforge"]
-    d = kf["distributed"]
-    assert (d["dp_shard"], d["dp_replicate"], d["tp"], d["pp"], d["cp"], d["ep"]) == (
-        4,
-        1,
-        8,
-        4,
-        1,
-        1,
-    )
-    assert kf["train"]["batch_size"] == 1 and kf["train"]["grad_accum_steps"] == 16
-    assert kf["train"]["activation_checkpointing"] == "selective"
-    assert "virtual_stages=5 not expressible" in kf_text
-
-
-def test_uneven_interleaving_is_said_not_dropped() -> None:
-    c = DENSE_PP.model_copy(update={"tp": 8, "pp": 4, "virtual_stages": 3})
-    r = run_all(c, model("llama3_8b"), TrainingSpec(seq_len=4096))  # 32 layers, 12 chunks
-    meg, meg_text = r["megatron"]
-    assert "--num-layers-per-virtual-pipeline-stage" not in meg
-    assert "NOT EXPRESSIBLE" in meg_text and "pp*virtual_stages" in meg_text
-    tt, tt_text = r["torchtitan"]
-    assert "pipeline_parallel_layers_per_stage" not in tt["parallelism"]
-    assert tt["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
-    assert "NOT EXPRESSIBLE" in tt_text
-
-
-# --- MoE with expert parallelism --------------------------------------------------------------
-
-MOE_EP = ParallelConfig(
-    tp=2,
-    pp=1,
-    dp=16,
-    ep=8,
-    micro_batch_size=2,
-    num_microbatches=4,
-    zero_stage=3,
-    recompute=Recompute.FULL,
-)
-
-
-def test_moe_with_ep() -> None:
-    r = run_all(MOE_EP, model("mixtral_8x7b"), TrainingSpec(seq_len=4096))
-    meg, meg_text = r["megatron"]
-    assert meg["--expert-model-parallel-size"] == "8" and meg["--num-experts"] == "8"
-    assert meg["--moe-router-topk"] == "2" and meg["--moe-ffn-hidden-size"] == "14336"
-    assert meg["--recompute-granularity"] == "full" and meg["--recompute-method"] == "uniform"
-    assert meg["--recompute-num-layers"] == "1" and meg["--global-batch-size"] == "128"
-    assert "ZeRO-3 is not a Megatron concept" in meg_text and "--use-megatron-fsdp" in meg_text
-
-    par = r["torchtitan"][0]["parallelism"]
-    assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (16, 1)
-    assert par["expert_parallel_degree"] == 8 and "pipeline_parallel_schedule" not in par
-    assert r["torchtitan"][0]["training"]["local_batch_size"] == 2  # pp=1: accumulate 4 steps
-    assert r["torchtitan"][0]["activation_checkpoint"]["mode"] == "full"
-
-    ds, ds_text = r["deepspeed"]
-    assert ds["zero_optimization"]["stage"] == 3 and ds["gradient_accumulation_steps"] == 4
-    assert "ep_size=8" in notes("deepspeed", ds_text, ds)
-    assert "ZeRO stages 0-2" in notes("deepspeed", ds_text, ds)  # AutoTP with ZeRO-3
-
-    kf = r["kempnerforge"][0]["distributed"]
-    assert (kf["dp_shard"], kf["ep"], kf["tp"]) == (2, 8, 2)  # dp 16 = dp_shard 2 x ep 8
-
-
-def test_deepseek_dense_layers_and_kempnerforge_rejections() -> None:
+def test_uneven_pipeline_is_a_megatron_layout() -> None:
+    # 126 layers on pp=16 x v=3 = 48 chunks: expressible with --pipeline-model-parallel-layout
     c = ParallelConfig(
-        tp=2,
-        pp=8,
-        dp=64,
-        cp=2,
-        ep=64,
-        micro_batch_size=1,
-        num_microbatches=32,
-        zero_stage=1,
-        recompute=Recompute.FULL,
+        tp=8, pp=16, dp=16, virtual_stages=3, micro_batch_size=1, num_microbatches=32
     )
-    r = run_all(c, model("deepseek_v3"), TrainingSpec(seq_len=4096, precision=Precision.FP8))
-    meg, meg_text = r["megatron"]
-    assert meg["--moe-layer-freq"] == "([0]*3+[1]*58)"
-    assert meg["--moe-shared-expert-intermediate-size"] == "2048"
-    assert "divisible by pp" in meg_text  # 61 layers on 8 stages
-    kf_text = r["kempnerforge"][1]
-    assert "rejects MoE with pp > 1" in kf_text and "rejects FP8 with tp > 1" in kf_text
-    assert "stub" in kf_text  # cp
-    assert r["kempnerforge"][0]["train"]["mixed_precision"] == "fp8"
+    text = _emit("megatron", c, "llama3-405b", seq_len=8192)
+    a = shell_args(text, MEGATRON_FLAGS)
+    chunks = megatron_layout_chunks(one(a, "--pipeline-model-parallel-layout"))
+    assert len(chunks) == 48 and sum(chunks) == 126 and max(chunks) == 3
+    layout = one(a, "--pipeline-model-parallel-layout")
+    assert layout.startswith("E") and layout.endswith("L")
+    assert "--num-virtual-stages-per-pipeline-rank" not in a  # the layout sets v
 
 
-# --- context parallelism and FP8 --------------------------------------------------------------
-
-CP_FP8 = ParallelConfig(
-    tp=1,
-    pp=1,
-    dp=8,
-    cp=4,
-    micro_batch_size=1,
-    num_microbatches=2,
-    zero_stage=0,
-    recompute=Recompute.NONE,
-    sequence_parallel=False,
-)
-
-
-def test_cp_and_fp8() -> None:
-    r = run_all(CP_FP8, model("llama3_8b"), TrainingSpec(seq_len=32768, precision=Precision.FP8))
-    meg = r["megatron"][0]
-    assert meg["--context-parallel-size"] == "4" and meg["--fp8-format"] == "hybrid"
-    assert meg["--bf16"] is True and "--use-distributed-optimizer" not in meg
-    assert "--recompute-granularity" not in meg and meg["--global-batch-size"] == "16"
-
-    tt = r["torchtitan"][0]
-    par = tt["parallelism"]
-    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (8, 1)
-    assert par["context_parallel_degree"] == 4 and tt["model"]["converters"] == ["float8"]
-    assert tt["activation_checkpoint"]["mode"] == "none"
-
-    ds, ds_text = r["deepspeed"]
-    assert "tensor_parallel" not in ds and ds["zero_optimization"]["stage"] == 0
-    assert "cp=4 not expressible" in notes("deepspeed", ds_text, ds)
-    assert "FP8 not expressible" in notes("deepspeed", ds_text, ds)
-
-    kf, kf_text = r["kempnerforge"]
-    assert (kf["distributed"]["dp_replicate"], kf["distributed"]["dp_shard"]) == (8, 1)
-    assert kf["distributed"]["cp"] == 4 and kf["train"]["mixed_precision"] == "fp8"
-    assert "stub" in kf_text and "FP8 with tp" not in kf_text
+def test_moe_folding_and_megatron_fsdp() -> None:
+    c = ParallelConfig(
+        tp=4,
+        pp=1,
+        dp=8,
+        ep=32,
+        etp=1,
+        micro_batch_size=1,
+        num_microbatches=4,
+        zero_stage=3,
+        recompute=Recompute.SELECTIVE,
+    )
+    a = shell_args(_emit("megatron", c, "qwen3-235b-a22b", seq_len=4096), MEGATRON_FLAGS)
+    assert one(a, "--expert-model-parallel-size") == "32"
+    assert one(a, "--expert-tensor-parallel-size") == "1"  # ep spans the tp ranks
+    assert one(a, "--kv-channels") == "128"  # Qwen3's head_dim
+    assert one(a, "--data-parallel-sharding-strategy") == "optim_grads_params"
+    assert "--use-megatron-fsdp" in a and one(a, "--ckpt-format") == "fsdp_dtensor"
+    tt = tomllib.loads(
+        _emit("torchtitan", c.model_copy(update={"zero_stage": 3}), "qwen3-235b-a22b")
+    )
+    assert tt["model"] == {"name": "qwen3", "flavor": "235B-A22B"}
+    assert tt["parallelism"]["expert_tensor_parallel_degree"] == 1
 
 
-def test_ep_borrowing_cp_ranks_is_flagged() -> None:
-    c = ParallelConfig(tp=1, pp=1, dp=2, cp=4, ep=8, micro_batch_size=1, num_microbatches=1)
-    r = run_all(c, model("mixtral_8x7b"), TrainingSpec(seq_len=8192))
-    kf, kf_text = r["kempnerforge"]
-    assert "NOT EXPRESSIBLE" in kf_text and kf["distributed"]["ep"] == 1
-    assert r["torchtitan"][0]["parallelism"]["expert_parallel_degree"] == 8  # 4 <= 8 <= 2*4
-    c0 = c.model_copy(update={"zero_stage": 0})  # DDP: shard 1, so ep 8 > 1*cp 4
-    assert "cp <= ep <=" in emit("torchtitan", c0, model("mixtral_8x7b"), TrainingSpec(), 16384)
+def test_deepseek_dense_layers_per_layer_expert_counts() -> None:
+    c = ParallelConfig(
+        tp=1, pp=16, dp=128, ep=64, micro_batch_size=1, num_microbatches=16, zero_stage=1
+    )
+    a = shell_args(_emit("megatron", c, "deepseek-v3", seq_len=4096), MEGATRON_FLAGS)
+    assert one(a, "--moe-layer-freq") == "([0]*3+[1]*58)"
+    assert one(a, "--moe-shared-expert-intermediate-size") == "2048"
+    with pytest.raises(ValueError, match="cannot express.*(shared experts|leading dense)"):
+        _emit("kempnerforge", c.model_copy(update={"pp": 1, "dp": 2048, "ep": 1}), "deepseek-v3")
 
 
-# --- errors -------------------------------------------------------------------------------------
+def test_what_a_framework_cannot_run_is_refused() -> None:
+    c = ParallelConfig(
+        tp=8, pp=4, dp=4, virtual_stages=2, micro_batch_size=1, num_microbatches=8, zero_stage=3
+    )
+    with pytest.raises(
+        ValueError, match="megatron cannot express.*with pipelining, not zero_stage 3"
+    ):
+        _emit("megatron", c, "llama3-70b")  # ZeRO-3 with pipelining
+    with pytest.raises(ValueError, match="deepspeed cannot express.*interleaved"):
+        _emit("deepspeed", c.model_copy(update={"zero_stage": 1}), "llama3-70b")
+    with pytest.raises(ValueError, match="kempnerforge cannot express.*FP8 with tp"):
+        c1 = c.model_copy(update={"pp": 1, "virtual_stages": 1, "dp": 16, "zero_stage": 3})
+        _emit("kempnerforge", c1, "llama3-70b", precision=Precision.FP8)
+    with pytest.raises(ValueError, match="nothing to shard"):
+        c2 = ParallelConfig(tp=8, pp=1, dp=1, micro_batch_size=1, num_microbatches=1)
+        _emit("torchtitan", c2.model_copy(update={"zero_stage": 3}), "llama3-8b")
+
+
+def test_default_kind_is_the_request_framework() -> None:
+    c = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=2, num_microbatches=2, zero_stage=3)
+    t = TrainingSpec(seq_len=4096, framework=Framework.TORCHTITAN)
+    text = emit(None, c, ModelSpec(preset="llama3-8b"), t, 8 * 2 * 2 * 4096)
+    assert tomllib.loads(text)["parallelism"]["data_parallel_shard_degree"] == 8
 
 
 def test_unknown_kind_names_it_and_the_supported_kinds() -> None:
+    c = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=1, num_microbatches=1)
     with pytest.raises(ValueError) as e:
-        emit("nemo", DENSE_PP, model("llama3_8b"), TrainingSpec(seq_len=4096), 64 * 4096)
+        emit("nemo", c, ModelSpec(preset="llama3-8b"), TrainingSpec(seq_len=4096), 8 * 4096)
     assert "nemo" in str(e.value) and all(k in str(e.value) for k in KINDS)
 
 
 def test_inconsistent_global_batch_is_an_error() -> None:
+    c = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=1, num_microbatches=1)
     with pytest.raises(ValueError, match="global_batch_tokens"):
-        emit("megatron", DENSE_PP, model("llama3_8b"), TrainingSpec(seq_len=4096), 4096)
-
-
-# --- every plan parses, and the degrees multiply to the GPU count ----------------------------
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    tp=st.sampled_from([1, 2, 4, 8]),
-    pp=st.sampled_from([1, 2, 4]),
-    dp=st.sampled_from([1, 2, 4, 8]),
-    cp=st.sampled_from([1, 2]),
-    ep=st.sampled_from([1, 2, 4, 8]),
-    v=st.sampled_from([1, 2, 3]),
-    mbs=st.integers(1, 4),
-    m=st.integers(1, 8),
-    zero=st.integers(0, 3),
-    rc=st.sampled_from(list(Recompute)),
-    prec=st.sampled_from(list(Precision)),
-    stem=st.sampled_from(["llama3_8b", "mixtral_8x7b", "deepseek_v3", "gpt2"]),
-)
-def test_every_snippet_parses(tp, pp, dp, cp, ep, v, mbs, m, zero, rc, prec, stem) -> None:  # noqa: ANN001
-    c = ParallelConfig(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        ep=ep,
-        virtual_stages=v,
-        micro_batch_size=mbs,
-        num_microbatches=m,
-        zero_stage=zero,
-        recompute=rc,
-    )
-    r = run_all(c, model(stem), TrainingSpec(seq_len=2048, precision=prec))
-    gpus, seqs = tp * pp * dp * cp, dp * mbs * m
-    par = r["torchtitan"][0]["parallelism"]
-    dims = (
-        "data_parallel_replicate_degree",
-        "data_parallel_shard_degree",
-        "tensor_parallel_degree",
-        "pipeline_parallel_degree",
-        "context_parallel_degree",
-    )
-    assert math.prod(par[k] for k in dims) == gpus
-    assert r["torchtitan"][0]["training"]["global_batch_size"] == seqs
-    kf = r["kempnerforge"][0]["distributed"]
-    kf_gpus = kf["dp_shard"] * kf["dp_replicate"] * kf["tp"] * kf["pp"] * kf["cp"] * kf["ep"]
-    assert kf_gpus == gpus
-    assert r["deepspeed"][0]["train_batch_size"] == seqs
-    assert r["megatron"][0]["--global-batch-size"] == str(seqs)
+        emit("megatron", c, ModelSpec(preset="llama3-8b"), TrainingSpec(seq_len=4096), 4096)

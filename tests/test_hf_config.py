@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from meshplan.solver.arch import resolve_model
 from meshplan.tools.hf_config import (
     SUPPORTED_MODEL_TYPES,
     HFConfigError,
@@ -26,10 +27,8 @@ PUBLISHED = {
     "mixtral_8x7b": (46_702_792_704, 0.01),  # Mixtral paper: 46.7B total
     "qwen2_7b": (7_615_616_512, 0.01),  # Qwen/Qwen2-7B (7.6B); we omit the qkv biases
     "qwen3_8b": (8.2e9, 0.01),  # Qwen/Qwen3-8B model card: 8.2B
-    # Qwen3-30B-A3B model card: 30.5B. 1% is out of reach: ModelSpec has no head_dim, so q and o
-    # are counted 2048 x 2048 instead of 2048 x (32 heads * 128) -- 9.4M weights per layer,
-    # 0.45B in all (-1.5%). test_qwen3_moe_gap_is_the_head_dim closes that gap exactly.
-    "qwen3_30b_a3b": (30.5e9, 0.02),
+    # Qwen3-30B-A3B model card: 30.5B; head_dim 128 with 32 heads on hidden 2048 is read as such.
+    "qwen3_30b_a3b": (30.5e9, 0.01),
     # DeepSeek-V3 report: 671B without the 14B multi-token-prediction module. MLA read as MHA
     # (4h^2 = 205.5M per layer vs MLA's 187.1M) adds +0.17%.
     "deepseek_v3": (671e9, 0.01),
@@ -129,18 +128,19 @@ def test_mla_gap_is_the_attention(stem: str) -> None:
     assert abs(exact / PUBLISHED[stem][0] - 1) <= 0.002
 
 
-def test_qwen3_moe_gap_is_the_head_dim() -> None:
-    d = _raw("qwen3_30b_a3b")
-    h, a, kv, hd = d["hidden_size"], d["num_attention_heads"], d["num_key_value_heads"], 128
-    missing = (2 * h * a * hd + 2 * h * kv * hd) - (2 * h * h + 2 * h * kv * (h // a))
-    exact = count_parameters(load_hf_config(DATA / "qwen3_30b_a3b.json"))
-    exact += d["num_hidden_layers"] * missing
-    assert abs(exact / 30.5e9 - 1) <= 0.002
+def test_qwen3_head_dim_is_read() -> None:
+    # q and o are 2048 x (32 * 128): without head_dim they were counted 2048 x 2048 (-1.5%).
+    s = load_hf_config(DATA / "qwen3_30b_a3b.json")
+    assert (s.hidden_size, s.num_attention_heads, s.num_kv_heads, s.head_dim) == (2048, 32, 4, 128)
+    assert abs(count_parameters(s) / 30.5e9 - 1) <= 0.002
+    a = resolve_model(s)
+    assert a.attn_width == 4096 and a.total_params == count_parameters(s)
 
 
 def test_qwen3_dense_head_dim_consistent() -> None:
     s = load_hf_config(DATA / "qwen3_8b.json")
     assert (s.num_attention_heads, s.num_kv_heads, s.hidden_size) == (32, 8, 4096)
+    assert s.head_dim is None  # 32 x 128 = 4096: the default holds
 
 
 def test_qwen2_moe_shared_experts_and_sparse_step() -> None:
@@ -184,7 +184,7 @@ def test_inconsistent_moe_is_an_hf_config_error() -> None:
         modelspec_from_hf_dict({**_raw("mixtral_8x7b"), "num_experts_per_tok": 9})
 
 
-def test_heads_refit_when_hidden_not_divisible() -> None:
+def test_head_dim_kept_when_hidden_not_divisible() -> None:
     base = {
         "model_type": "llama",
         "num_hidden_layers": 2,
@@ -196,9 +196,11 @@ def test_heads_refit_when_hidden_not_divisible() -> None:
         "vocab_size": 1000,
     }
     s = modelspec_from_hf_dict(base)
-    assert (s.num_attention_heads, s.num_kv_heads) == (24, 6)  # 3072/128 heads, ratio 4 kept
+    assert (s.num_attention_heads, s.num_kv_heads, s.head_dim) == (40, 10, 128)
+    assert resolve_model(s).attn_width == 5120  # 40 heads of 128 on a 3072-wide model
+    no_head_dim = {k: v for k, v in base.items() if k != "head_dim"}
     with pytest.raises(HFConfigError, match="head_dim"):
-        modelspec_from_hf_dict({**base, "num_key_value_heads": 8})  # ratio 5 does not fit 24
+        modelspec_from_hf_dict(no_head_dim)  # 3072 / 40 heads is not a whole head
 
 
 def test_unknown_model_type_names_it_and_the_supported_types(tmp_path: Path) -> None:

@@ -13,6 +13,8 @@ from meshplan.solver.results import PlanStatus
 
 # Counts with many and few divisors, as the issue asks, besides small ones.
 GPU_COUNTS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 96, 1536, 2520, 6144]
+# Every framework profile: its rules are constraints of the space the oracle walks.
+FRAMEWORKS = ["GENERIC", "MEGATRON", "TORCHTITAN", "DEEPSPEED", "KEMPNERFORGE"]
 
 
 @st.composite
@@ -38,10 +40,14 @@ def instances(draw: st.DrawFn) -> PlanRequest:
             "expert_ffn_hidden_size": h,
             "num_shared_experts": draw(st.integers(0, 1)),
         }
+    moe = "moe" in model
     n = draw(st.sampled_from(GPU_COUNTS))
     big = n > 64
     seq = draw(st.sampled_from([256, 512, 1024]))
-    training: dict = {"seq_len": seq}
+    framework = draw(st.sampled_from(FRAMEWORKS))
+    training: dict = {"seq_len": seq, "framework": framework}
+    if draw(st.integers(0, 4)) == 0:
+        training["fused_attention"] = False
     if draw(st.booleans()):
         training["critical_batch_tokens"] = seq * draw(st.sampled_from([8, 64, 4096]))
     else:
@@ -51,7 +57,7 @@ def instances(draw: st.DrawFn) -> PlanRequest:
         "max_virtual_stages": 1 if big else draw(st.sampled_from([1, 2])),
         "allow_fewer_gpus": (not big) and draw(st.booleans()),
     }
-    pin = draw(st.sampled_from([None, "tp", "pp", "zero_stage", "recompute", "cp"]))
+    pin = draw(st.sampled_from([None, "tp", "pp", "zero_stage", "recompute", "cp", "etp"]))
     if pin == "tp":
         search["tp"] = kv if n % kv == 0 else 1
     elif pin == "pp":
@@ -62,8 +68,13 @@ def instances(draw: st.DrawFn) -> PlanRequest:
         search["recompute"] = draw(st.sampled_from(["NONE", "SELECTIVE", "FULL"]))
     elif pin == "cp":
         search["cp"] = 2 if n % 2 == 0 else 1
+    elif pin == "etp" and moe:
+        search["etp"] = 1
+    gpu = draw(st.sampled_from(["h100-sxm-80gb", "a100-sxm-40gb"]))
+    if gpu.startswith("h100") and framework != "DEEPSPEED" and draw(st.booleans()):
+        training["precision"] = "FP8"
     cluster = {
-        "gpu": draw(st.sampled_from(["h100-sxm-80gb", "a100-sxm-40gb"])),
+        "gpu": gpu,
         "num_gpus": n,
         "gpus_per_node": draw(st.sampled_from([2, 4, 8])),
         # tight memory: a few GiB makes the memory constraints bind

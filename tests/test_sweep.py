@@ -15,7 +15,11 @@ from meshplan.tools.sweep import Job, Outcome, build_jobs, job_key
 from meshplan.tools.sweep_io import SweepFiles, run_sweep
 
 # Small, fast cells: a fixed global batch keeps each solve well under two seconds.
+# The textbook's bill (16 bytes per parameter, ZeRO-3 with any pipeline): 70B fits on 16 GPUs.
+# Under Megatron's recipe (fp32 main gradients, no ZeRO-3 with pipelining) it needs 24
+# (tests/test_profiles.py::test_ladder_under_the_default_profile).
 KNOBS = ["--seq-len", "2048", "--global-batch-tokens", "131072", "--time-limit", "30"]
+KNOBS += ["--framework", "GENERIC"]
 
 
 def _rows(prefix: Path) -> tuple[list[dict], list[dict]]:
@@ -81,7 +85,10 @@ def test_sweep_writes_csv_and_jsonl_then_resumes(tmp_path: Path, capsys) -> None
         expand_models("llama2-7b,llama2-70b,nope"),
         [8, 16],
         seq_lens=[2048],
-        base={"training": {"global_batch_tokens": 131072}, "options": {"time_limit_s": 30}},
+        base={
+            "training": {"global_batch_tokens": 131072, "framework": "GENERIC"},
+            "options": {"time_limit_s": 30},
+        },
     )
     with SweepFiles(Path(f"{out}.csv"), Path(f"{out}.jsonl")) as files:
         stats = run_sweep(jobs, files, workers=2)

@@ -63,7 +63,7 @@ def test_causal_attention_is_halved_in_time_not_in_mfu() -> None:
 def _speed(run, precision: Precision) -> float:  # noqa: ANN001
     training = run.training.model_copy(update={"precision": precision})
     req = EvaluateRequest(
-        model=run.model_spec(), cluster=run.cluster, training=training, config=run.config
+        model=run.model, cluster=run.cluster, training=training, config=run.config
     )
     return evaluate(req).performance.tokens_per_s
 

@@ -131,19 +131,21 @@ DEFAULTS = {
         "micro-batch 1 (Table 1 does not print it)",
         "full recomputation (Eq. 3 counts the recompute forward)",
         "ZeRO 0, no sequence parallelism, no interleaving (Megatron-LM, April 2021)",
-        "no tp overlap; dp all-reduce after the backward (Megatron-LM's local DDP, 2021)",
+        "no tp overlap; dp all-reduce after the backward (Megatron-LM's local DDP, 2021); "
+        "unfused attention (before FlashAttention)",
         "fp16/bf16 mixed precision scored as BF16 (same peak on A100)",
     ],
     "korthikanti2022": [
         "vocabulary 51,200 (GPT-3's, padded; not transcribed)",
-        "ZeRO 0 (no distributed optimizer); no tp overlap (Megatron-LM, 2022)",
+        "ZeRO 0 (no distributed optimizer); no tp overlap; unfused attention (Megatron-LM, 2022)",
         "2,240-GPU runs: ffn 4h, MHA, micro-batch 1, one sequence per GPU (as in Table 3)",
     ],
     "torchtitan": [
         "seq_len 8192 where not printed (train_config default at the benchmark commits)",
         "pipeline runs: 'local batch' split into pp micro-batches (pipeline_parallel_microbatches "
         "defaults to the stage count); interleaved 1F1B = 2 chunks per stage",
-        "ZeRO 3 (FSDP2), sequence parallelism whenever tp > 1; tp overlap only in the async-TP runs",
+        "ZeRO 3 (FSDP2), sequence parallelism whenever tp > 1; tp overlap in the async-TP runs "
+        "(the 405B 3D/4D runs name AsyncTP)",
         "Float8 runs: FP8 matmul rate, BF16 state bytes (Float8Linear keeps no FP8 weights)",
         "FSDP2 with pp > 1 scored as ZeRO-1: torchtitan sets reshard_after_forward=False under "
         "PP and syncs gradients on the last micro-batch, so weights and gradients stay unsharded "
@@ -186,7 +188,7 @@ DEFAULTS = {
     ],
 }
 
-# head_dim where it differs from hidden/heads (model.head_dim, when the schema has it).
+# head_dim where it differs from hidden/heads.
 HEAD_DIMS = {"Qwen3-235B-A22B": 128}  # HF Qwen/Qwen3-235B-A22B config.json; zoo --kv-channels
 
 
@@ -207,12 +209,6 @@ class CalibrationRun(_Strict):
         description="Sequence length, global batch, precision, framework profile and overlaps."
     )
     config: ParallelConfig = Field(description="The published layout (defaults filled in).")
-    expert_tensor_parallel: int | None = Field(
-        default=None, description="Published expert-tensor-parallel degree (None: tp)."
-    )
-    head_dim: int | None = Field(
-        default=None, description="Published head dimension where it is not hidden/heads."
-    )
     memory_precision: Precision = Field(
         description="Precision recipe whose state bytes the run keeps (Float8 compute keeps BF16)."
     )
@@ -236,26 +232,13 @@ class CalibrationRun(_Strict):
     def search(self) -> SearchSpec:
         return SearchSpec()
 
-    def model_spec(self) -> ModelSpec:
-        """The model, with head_dim once the schema carries it (ModelSpec.head_dim)."""
-        if self.head_dim is not None and "head_dim" in ModelSpec.model_fields:
-            return self.model.model_copy(update={"head_dim": self.head_dim})
-        return self.model
-
-    def parallel_config(self) -> ParallelConfig:
-        """The layout, with the expert-tensor-parallel degree once the schema carries it."""
-        etp = self.expert_tensor_parallel
-        if etp is not None and "etp" in ParallelConfig.model_fields:
-            return self.config.model_copy(update={"etp": etp})
-        return self.config
-
     def request(self) -> EvaluateRequest:
         """The Evaluate request that scores this run with the planner."""
         return EvaluateRequest(
-            model=self.model_spec(),
+            model=self.model,
             cluster=self.cluster,
             training=self.training,
-            config=self.parallel_config(),
+            config=self.config,
             search=self.search,
         )
 
@@ -392,8 +375,9 @@ def _run_from_published(rec: dict[str, Any]) -> CalibrationRun:
         global_batch_tokens=seqs * seq,
         precision=prec,
         framework=FRAMEWORKS[src],
-        tp_comm_overlap="asynctp" in rec["id"].lower(),
+        tp_comm_overlap="asynctp" in (rec["id"] + (par["notes"] or "")).lower(),
         dp_comm_overlap=not megatron,  # Megatron-LM 2021-22 all-reduced after the backward
+        fused_attention=not megatron,  # before FlashAttention (Dao et al., May 2022)
     )
     config = ParallelConfig(
         tp=tp,
@@ -489,6 +473,7 @@ def _run_from_megatron(rec: dict[str, Any]) -> CalibrationRun:
         vocab_size=vocab,
         gated_mlp=gated,
         tie_embeddings=gpt,
+        head_dim=HEAD_DIMS.get(name),
         moe=(
             MoESpec(
                 num_experts=moe["experts"],
@@ -500,9 +485,6 @@ def _run_from_megatron(rec: dict[str, Any]) -> CalibrationRun:
             else None
         ),
     )
-    head_dim = HEAD_DIMS.get(name)
-    if head_dim is not None and "head_dim" not in ModelSpec.model_fields:
-        used.append(f"head_dim {head_dim} scored as hidden/heads = {m['hidden'] // m['heads']}")
     gpus = hw["num_gpus"]
     tp, pp = par["tp"], par["pp"]
     if tp is None or pp is None:  # Megatron-Core strong scaling: the 177B weak row's shape
@@ -549,6 +531,7 @@ def _run_from_megatron(rec: dict[str, Any]) -> CalibrationRun:
         dp=dp,
         cp=cp,
         ep=ep,
+        etp=par["etp"],
         virtual_stages=v,
         micro_batch_size=b,
         num_microbatches=M,
@@ -582,8 +565,6 @@ def _run_from_megatron(rec: dict[str, Any]) -> CalibrationRun:
         cluster=ClusterSpec(gpu="h100-sxm-80gb", num_gpus=gpus, gpus_per_node=8),
         training=training,
         config=config,
-        expert_tensor_parallel=par["etp"],
-        head_dim=head_dim,
         memory_precision=Precision.BF16,
         tokens_per_s_per_gpu=tps,
         published=published,

@@ -4,13 +4,10 @@ Supported `model_type`s: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3
 deepseek_v2, deepseek_v3, gpt_neox, gpt2. Field names are those of the matching
 `transformers` configuration classes (`LlamaConfig`, `MixtralConfig`, `Qwen2MoeConfig`, ...).
 
-Approximations (the first three are logged as warnings when they apply):
+An explicit `head_dim` (Qwen3, Qwen3-MoE, Mistral-style configs) is kept as `model.head_dim`
+when heads * head_dim != hidden. Approximations (the first two are logged as warnings):
 - MLA (deepseek_v2/v3) is read as standard multi-head attention with kv heads = heads and
   head_dim = hidden / heads; `ModelSpec` has no latent ranks.
-- An explicit `head_dim` with heads * head_dim != hidden (Qwen3-MoE, Qwen3-32B) cannot be
-  stored: `ModelSpec` implies head_dim = hidden / heads. The head counts are kept when
-  hidden % heads == 0 (attention weights are then under-counted); otherwise heads become
-  hidden // head_dim, keeping the q/kv ratio.
 - `ModelSpec` knows only *leading* dense layers; dense layers elsewhere (decoder_sparse_step,
   mlp_only_layers, moe_layer_freq) are counted and moved to the front: totals stay exact.
 - Biases (GPT-2, GPT-NeoX, Qwen2 qkv), learned position embeddings (GPT-2), QK-norm weights
@@ -135,21 +132,29 @@ def modelspec_from_hf_dict(d: dict[str, Any], source: str = "<dict>") -> ModelSp
         # DeepSeek-V3 that is 4h^2 = 205.5M attention weights per layer against MLA's ~187M.
         log.warning("%s: MLA read as multi-head attention with kv heads = heads", source)
         kv = heads
-    heads, kv = _fit_heads(r, hidden, heads, kv)
+    head_dim = None if mt in ("deepseek_v2", "deepseek_v3") else _head_dim(r, hidden, heads, kv)
     try:
-        return _spec(r, mt, layers, hidden, heads, kv, ffn)
+        return _spec(r, mt, layers, hidden, heads, kv, ffn, head_dim)
     except ValidationError as e:  # e.g. top_k > experts: a bad file, reported as one
         raise r.fail(f"inconsistent fields: {e.errors()[0]['msg']}") from e
 
 
 def _spec(
-    r: _Reader, mt: str, layers: int, hidden: int, heads: int, kv: int, ffn: int
+    r: _Reader,
+    mt: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv: int,
+    ffn: int,
+    head_dim: int | None,
 ) -> ModelSpec:
     return ModelSpec(
         num_layers=layers,
         hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=kv,
+        head_dim=head_dim,
         ffn_hidden_size=ffn,
         vocab_size=r.count("vocab_size"),
         gated_mlp=mt in _GATED,
@@ -158,42 +163,21 @@ def _spec(
     )
 
 
-def _fit_heads(r: _Reader, hidden: int, heads: int, kv: int) -> tuple[int, int]:
-    """Reconcile an explicit head_dim with ModelSpec's implied head_dim = hidden / heads."""
+def _head_dim(r: _Reader, hidden: int, heads: int, kv: int) -> int | None:
+    """The config's head_dim when it is not hidden / heads (None: the default holds)."""
     if heads % kv:
         raise r.fail(
             f"num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv})"
         )
     head_dim = r.opt_count("head_dim", 0, minimum=0)
     if not head_dim or heads * head_dim == hidden:
-        return heads, kv
-    if hidden % heads == 0:
-        # Kept as is: q/o are counted h x h rather than h x heads*head_dim (Qwen3-30B-A3B: the
-        # attention is half-counted, -1.5% of all weights).
-        log.warning(
-            "%s: heads*head_dim = %d != hidden_size %d; attention counted at width hidden_size",
-            r.source,
-            heads * head_dim,
-            hidden,
-        )
-        return heads, kv
-    group = heads // kv
-    new_heads = hidden // head_dim if hidden % head_dim == 0 else 0
-    if not new_heads or new_heads % group:
-        raise r.fail(
-            f"hidden_size {hidden} is divisible neither by num_attention_heads {heads} nor into "
-            f"heads of head_dim {head_dim} with {group} query heads per kv head"
-        )
-    log.warning(
-        "%s: heads %d/%d -> %d/%d so that heads divide hidden_size %d",
-        r.source,
-        heads,
-        kv,
-        new_heads,
-        new_heads // group,
-        hidden,
-    )
-    return new_heads, new_heads // group
+        if hidden % heads:
+            raise r.fail(
+                f"hidden_size ({hidden}) is not divisible by num_attention_heads ({heads}) "
+                "and the config gives no head_dim"
+            )
+        return None
+    return head_dim
 
 
 def _moe(r: _Reader, mt: str, layers: int, ffn: int) -> MoESpec | None:
@@ -257,7 +241,8 @@ def _moe_spec(
 def count_parameters(spec: ModelSpec) -> int:
     """Total weights of an explicit ModelSpec (no biases, no position embeddings).
 
-    Per layer: attention 2h^2 + 2h*kv*(h/heads) (q, o and k, v), two norms of h; a dense MLP
+    Per layer: attention 2h*heads*d + 2h*kv*d (q, o and k, v; d = head_dim or h/heads), two
+    norms of h; a dense MLP
     (3 if gated else 2)*h*ffn; an MoE MLP (experts + shared)*(3|2)*h*expert_ffn plus an h x
     experts router. Plus embeddings V*h, the output layer V*h unless tied, the final norm h.
     """
@@ -266,7 +251,8 @@ def count_parameters(spec: ModelSpec) -> int:
     if None in (h, a, kv, L, V, ffn, spec.gated_mlp, spec.tie_embeddings):
         raise ValueError("count_parameters needs an explicit ModelSpec (resolve the preset first)")
     mats = 3 if spec.gated_mlp else 2
-    attn = 2 * h * h + 2 * h * kv * (h // a) + 2 * h
+    d = spec.head_dim or h // a
+    attn = 2 * h * a * d + 2 * h * kv * d + 2 * h
     dense_layer = attn + mats * h * ffn
     total = V * h * (1 if spec.tie_embeddings else 2) + h
     if spec.moe is None:

@@ -56,7 +56,7 @@ class MoESpec(_message.Message):
     def __init__(self, num_experts: _Optional[int] = ..., top_k: _Optional[int] = ..., expert_ffn_hidden_size: _Optional[int] = ..., num_shared_experts: _Optional[int] = ..., num_dense_layers: _Optional[int] = ...) -> None: ...
 
 class ModelSpec(_message.Message):
-    __slots__ = ("preset", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "gated_mlp", "tie_embeddings", "moe")
+    __slots__ = ("preset", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "gated_mlp", "tie_embeddings", "moe", "head_dim")
     PRESET_FIELD_NUMBER: _ClassVar[int]
     NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +67,7 @@ class ModelSpec(_message.Message):
     GATED_MLP_FIELD_NUMBER: _ClassVar[int]
     TIE_EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     MOE_FIELD_NUMBER: _ClassVar[int]
+    HEAD_DIM_FIELD_NUMBER: _ClassVar[int]
     preset: str
     num_layers: int
     hidden_size: int
@@ -77,7 +78,8 @@ class ModelSpec(_message.Message):
     gated_mlp: bool
     tie_embeddings: bool
     moe: MoESpec
-    def __init__(self, preset: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., gated_mlp: _Optional[bool] = ..., tie_embeddings: _Optional[bool] = ..., moe: _Optional[_Union[MoESpec, _Mapping]] = ...) -> None: ...
+    head_dim: int
+    def __init__(self, preset: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., gated_mlp: _Optional[bool] = ..., tie_embeddings: _Optional[bool] = ..., moe: _Optional[_Union[MoESpec, _Mapping]] = ..., head_dim: _Optional[int] = ...) -> None: ...
 
 class ClusterSpec(_message.Message):
     __slots__ = ("gpu", "num_gpus", "gpus_per_node", "hbm_gib", "peak_bf16_tflops", "intra_node_gbps", "inter_node_gbps")
@@ -98,12 +100,14 @@ class ClusterSpec(_message.Message):
     def __init__(self, gpu: _Optional[str] = ..., num_gpus: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., hbm_gib: _Optional[float] = ..., peak_bf16_tflops: _Optional[float] = ..., intra_node_gbps: _Optional[float] = ..., inter_node_gbps: _Optional[float] = ...) -> None: ...
 
 class TrainingSpec(_message.Message):
-    __slots__ = ("seq_len", "global_batch_tokens", "critical_batch_tokens", "precision", "framework", "tp_comm_overlap", "dp_comm_overlap", "cp_comm_overlap", "ep_comm_overlap", "ep_dispatch_dedup")
+    __slots__ = ("seq_len", "global_batch_tokens", "critical_batch_tokens", "precision", "framework", "fused_attention", "grad_reduce_in_bf16", "tp_comm_overlap", "dp_comm_overlap", "cp_comm_overlap", "ep_comm_overlap", "ep_dispatch_dedup")
     SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CRITICAL_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
     FRAMEWORK_FIELD_NUMBER: _ClassVar[int]
+    FUSED_ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    GRAD_REDUCE_IN_BF16_FIELD_NUMBER: _ClassVar[int]
     TP_COMM_OVERLAP_FIELD_NUMBER: _ClassVar[int]
     DP_COMM_OVERLAP_FIELD_NUMBER: _ClassVar[int]
     CP_COMM_OVERLAP_FIELD_NUMBER: _ClassVar[int]
@@ -114,15 +118,17 @@ class TrainingSpec(_message.Message):
     critical_batch_tokens: int
     precision: Precision
     framework: Framework
+    fused_attention: bool
+    grad_reduce_in_bf16: bool
     tp_comm_overlap: bool
     dp_comm_overlap: bool
     cp_comm_overlap: bool
     ep_comm_overlap: bool
     ep_dispatch_dedup: bool
-    def __init__(self, seq_len: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ..., critical_batch_tokens: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., framework: _Optional[_Union[Framework, str]] = ..., tp_comm_overlap: _Optional[bool] = ..., dp_comm_overlap: _Optional[bool] = ..., cp_comm_overlap: _Optional[bool] = ..., ep_comm_overlap: _Optional[bool] = ..., ep_dispatch_dedup: _Optional[bool] = ...) -> None: ...
+    def __init__(self, seq_len: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ..., critical_batch_tokens: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., framework: _Optional[_Union[Framework, str]] = ..., fused_attention: _Optional[bool] = ..., grad_reduce_in_bf16: _Optional[bool] = ..., tp_comm_overlap: _Optional[bool] = ..., dp_comm_overlap: _Optional[bool] = ..., cp_comm_overlap: _Optional[bool] = ..., ep_comm_overlap: _Optional[bool] = ..., ep_dispatch_dedup: _Optional[bool] = ...) -> None: ...
 
 class ParallelConfig(_message.Message):
-    __slots__ = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches", "zero_stage", "recompute", "sequence_parallel")
+    __slots__ = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches", "zero_stage", "recompute", "sequence_parallel", "etp")
     TP_FIELD_NUMBER: _ClassVar[int]
     PP_FIELD_NUMBER: _ClassVar[int]
     DP_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +140,7 @@ class ParallelConfig(_message.Message):
     ZERO_STAGE_FIELD_NUMBER: _ClassVar[int]
     RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    ETP_FIELD_NUMBER: _ClassVar[int]
     tp: int
     pp: int
     dp: int
@@ -145,10 +152,11 @@ class ParallelConfig(_message.Message):
     zero_stage: int
     recompute: Recompute
     sequence_parallel: bool
-    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., ep: _Optional[int] = ..., virtual_stages: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., zero_stage: _Optional[int] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ...) -> None: ...
+    etp: int
+    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., ep: _Optional[int] = ..., virtual_stages: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., zero_stage: _Optional[int] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., etp: _Optional[int] = ...) -> None: ...
 
 class SearchSpec(_message.Message):
-    __slots__ = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches", "zero_stage", "recompute", "sequence_parallel", "allow_fewer_gpus", "memory_reserve_gib", "memory_fragmentation", "max_micro_batch_size", "max_virtual_stages")
+    __slots__ = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches", "zero_stage", "recompute", "sequence_parallel", "allow_fewer_gpus", "memory_reserve_gib", "memory_fragmentation", "max_micro_batch_size", "max_virtual_stages", "etp")
     TP_FIELD_NUMBER: _ClassVar[int]
     PP_FIELD_NUMBER: _ClassVar[int]
     DP_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +173,7 @@ class SearchSpec(_message.Message):
     MEMORY_FRAGMENTATION_FIELD_NUMBER: _ClassVar[int]
     MAX_MICRO_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_VIRTUAL_STAGES_FIELD_NUMBER: _ClassVar[int]
+    ETP_FIELD_NUMBER: _ClassVar[int]
     tp: int
     pp: int
     dp: int
@@ -181,7 +190,8 @@ class SearchSpec(_message.Message):
     memory_fragmentation: float
     max_micro_batch_size: int
     max_virtual_stages: int
-    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., ep: _Optional[int] = ..., virtual_stages: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., zero_stage: _Optional[int] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., allow_fewer_gpus: _Optional[bool] = ..., memory_reserve_gib: _Optional[float] = ..., memory_fragmentation: _Optional[float] = ..., max_micro_batch_size: _Optional[int] = ..., max_virtual_stages: _Optional[int] = ...) -> None: ...
+    etp: int
+    def __init__(self, tp: _Optional[int] = ..., pp: _Optional[int] = ..., dp: _Optional[int] = ..., cp: _Optional[int] = ..., ep: _Optional[int] = ..., virtual_stages: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., num_microbatches: _Optional[int] = ..., zero_stage: _Optional[int] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., allow_fewer_gpus: _Optional[bool] = ..., memory_reserve_gib: _Optional[float] = ..., memory_fragmentation: _Optional[float] = ..., max_micro_batch_size: _Optional[int] = ..., max_virtual_stages: _Optional[int] = ..., etp: _Optional[int] = ...) -> None: ...
 
 class Options(_message.Message):
     __slots__ = ("top_k", "time_limit_s", "num_workers", "relative_gap", "explain")

@@ -48,6 +48,9 @@ class GpuSpec(BaseModel):
         description="Dense FP8 tensor peak per GPU (TFLOP/s; equals BF16 where there is no FP8).",
         gt=0,
     )
+    fp8_tensor_cores: bool = Field(
+        description="The GPU has FP8 tensor cores (Hopper and later); FP8 training needs them."
+    )
     hbm_tbps: float = Field(description="HBM bandwidth per GPU (TB/s).", gt=0)
     intra_node_gbps: float = Field(
         description="In-node (NVLink / xGMI) bandwidth per GPU, one direction (GB/s).", gt=0
@@ -63,6 +66,15 @@ class GpuSpec(BaseModel):
         description="Where each number comes from (datasheet, whitepaper, paper).", min_length=1
     )
 
+    @model_validator(mode="after")
+    def _fp8_peak_agrees(self) -> GpuSpec:
+        if self.fp8_tensor_cores != (self.peak_fp8_tflops > self.peak_bf16_tflops):
+            raise ValueError(
+                f"{self.name}: fp8_tensor_cores ({self.fp8_tensor_cores}) disagrees with the FP8 "
+                f"peak ({self.peak_fp8_tflops} vs BF16 {self.peak_bf16_tflops} TFLOP/s)"
+            )
+        return self
+
 
 class ModelPreset(BaseModel):
     """A published transformer's shape, with its published parameter count and sources."""
@@ -75,6 +87,11 @@ class ModelPreset(BaseModel):
     num_attention_heads: int = Field(description="Query heads (count).", ge=1)
     num_kv_heads: int = Field(
         description="Key/value heads (count; fewer than query heads means GQA/MQA).", ge=1
+    )
+    head_dim: int | None = Field(
+        default=None,
+        description="Width of one attention head (elements; default hidden / heads).",
+        ge=1,
     )
     ffn_hidden_size: int = Field(
         description="Dense FFN width (elements); unused when every layer is MoE.", ge=1
@@ -101,7 +118,7 @@ class ModelPreset(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> ModelPreset:
         h, a, k = self.hidden_size, self.num_attention_heads, self.num_kv_heads
-        if h % a != 0:
+        if self.head_dim is None and h % a != 0:
             raise ValueError(f"{self.name}: hidden_size ({h}) must be divisible by heads ({a})")
         if a % k != 0:
             raise ValueError(f"{self.name}: heads ({a}) must be a multiple of kv heads ({k})")

@@ -1,31 +1,27 @@
 """Per-GPU memory on the first and last pipeline stage, by tenant (bytes).
 
-Static state per parameter: the request's recipe (context.py: seed 002's 16 B BF16 and 9 B FP8,
-or a framework profile such as KempnerForge's); ZeRO-1/2/3 shard optimizer / +grads / +weights
-over the dp·cp group (Rajbhandari et al. 2020). In flight on the first stage: min(pp, M)
-micro-batches under 1F1B, L·(1 + (pp-1)/(pp·v)) layers when interleaved (Korthikanti §4.2.3).
-
-Activations: seed 002's 12·L·B·S·d·b_a (12·h elements of 2 bytes per token per layer under
-selective recomputation), with Korthikanti et al. 2022 eq. 2 supplying what that form leaves
-out: the attention scores without recomputation (5·a·s bytes per token), the split across tp
-with and without sequence parallelism, and the MoE/dense ratio. Kept over Korthikanti's own
-s·b·h·34 (generalised to GQA and gated MLPs: 43·h per token for Llama shapes) because it
-predicts torchtitan's published peaks better where the two differ, the seven selective-recompute
-runs: median |error| 26% (+17…+31% on the Dec-2024 runs) against Korthikanti's 83% (+68…+99%),
-neither under-predicting. Under full recomputation both keep the 2·s·b·h checkpoint and differ
-only in the block being recomputed (benchmarks/fidelity.py prints the comparison).
+Static state per parameter: the recipe of the request's framework profile (solver/profiles.py:
+seed 002's 16 B BF16 and 9 B FP8 for the textbook, Megatron's 2 + 4 + 12, ...); ZeRO-1/2/3 shard
+optimizer / +grads / +weights over the data-parallel group (Rajbhandari et al. 2020). Dense and
+attention weights are split over tp; expert weights over the expert group ep·etp, and sharded
+over the expert-data-parallel group tp·cp·dp/(ep·etp) (Megatron-Core's MoE parallel folding), so
+a sharded expert shard is el/(tp·cp·dp) whatever ep and etp are. In flight on the first stage:
+min(pp, M) micro-batches under 1F1B, L·(1 + (pp-1)/(pp·v)) layers when interleaved (Korthikanti
+et al. 2022 §4.2.3). Activations per token per layer: costmodel/activations.py.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
 
+from meshplan.solver.costmodel import activations
 from meshplan.solver.costmodel.context import ACT_BYTES, Ctx, n_chunk, n_stage
 from meshplan.solver.costmodel.point import Layout
 from meshplan.solver.costmodel.terms import Term
 from meshplan.solver.schema import Recompute
 
 TENANTS = ("weights", "gradients", "optimizer", "activations")
+DTENSOR_HEAD = ("torchtitan", "kempnerforge")  # loss parallelism all-gathers the head's input
 
 
 def _layer_params(c: Ctx, lay: Layout) -> tuple[float, float]:
@@ -39,40 +35,6 @@ def _layer_params(c: Ctx, lay: Layout) -> tuple[float, float]:
     return float(max(A.dense_layer_params, A.moe_layer_dense_params)), float(
         A.moe_layer_expert_params
     )
-
-
-SEED002_ELEMENTS = 12  # activation elements per token per layer, in units of h (seed 002)
-
-
-def _act_per_token(c: Ctx, lay: Layout, r: Recompute) -> float:
-    """Activation bytes per token per layer on one GPU (seed 002's form; Korthikanti's split)."""
-    A, T = c.A, lay.tp
-    if r is Recompute.FULL:
-        return 2.0 * A.h / (T if lay.sp else 1)  # the layer input checkpoint only
-    score = 0.0 if r is Recompute.SELECTIVE else 5.0 * A.a * c.s  # Korthikanti eq. 2
-    nonpar = 10.0 * A.h  # layer-norm inputs, dropout masks: replicated across tp without sp
-    gate = 8 if A.gated else 4
-
-    def korthikanti(mlp: float) -> float:  # eq. 1 generalised to GQA and gated MLPs
-        return nonpar + (4.0 + 4.0 * A.kv / A.a) * A.h + mlp
-
-    scale = 1.0
-    if c.recipe.activations == "seed002":
-        # seed 002: 12·h elements of 2 bytes per token for the model's dense block; Korthikanti's
-        # terms only share it out (tp split, MoE/dense ratio)
-        scale = SEED002_ELEMENTS * ACT_BYTES * A.h / korthikanti(gate * A.f)
-
-    def per_layer(mlp: float) -> float:
-        par = scale * (korthikanti(mlp) - nonpar) + score
-        return (scale * nonpar + par) / T if lay.sp else scale * nonpar + par / T
-
-    dense = per_layer(gate * A.f)
-    if not A.is_moe:
-        return dense
-    moe = per_layer(gate * A.fe * (A.top_k + A.shared) + 2.0 * A.top_k * A.h)
-    if lay.pp == 1:
-        return (A.n_dense_layers * dense + A.n_moe_layers * moe) / A.L
-    return max(dense, moe)
 
 
 def _extras(c: Ctx, lay: Layout, stage: str) -> float:
@@ -91,87 +53,113 @@ def _extras(c: Ctx, lay: Layout, stage: str) -> float:
 def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]]]:
     """Terms summing to the stage's bytes, and pairs of which only the smaller counts."""
     terms: list[Term] = []
-    A = c.A
+    A, rc = c.A, c.recipe
     pv_stage = lambda pv: n_stage(A.L, pv[0], pv[1])  # noqa: E731
-    inv_ep = lambda te: Fraction(1, te[1])  # noqa: E731
+    inv_group = lambda te: Fraction(1, te[1] * te[2])  # noqa: E731  experts over ep·etp
+    dense_tp = lambda lay: _layer_params(c, lay)[0] / lay.tp  # noqa: E731
+    expert = lambda lay: _layer_params(c, lay)[1]  # noqa: E731
     for tenant, nbytes, k in (("weights", c.wb, 3), ("gradients", c.gb, 2), ("optimizer", c.ob, 1)):
         if nbytes == 0:
             continue
         key = lambda z, k=k: z >= k  # noqa: E731
+        # FSDP2 keeps the fp32 master as the sharded parameter: no sharded compute copy.
+        keep = 0.0 if (tenant == "weights" and rc.sharded_master_only) else 1.0
 
-        def dense(lay: Layout, sh: bool, nb=nbytes) -> float:
-            return _layer_params(c, lay)[0] / lay.tp * nb / (lay.dp * lay.cp if sh else 1)
+        def dense(lay: Layout, sh: bool, nb=nbytes, keep=keep) -> float:
+            return dense_tp(lay) * nb * (keep / (lay.dp * lay.cp) if sh else 1)
 
-        def extra(lay: Layout, sh: bool, nb=nbytes) -> float:
-            return _extras(c, lay, stage) * nb / (lay.dp * lay.cp if sh else 1)
+        enb = rc.extra_weights if (tenant == "weights" and rc.extra_weights) else nbytes
+
+        def extra(lay: Layout, sh: bool, nb=enb, keep=keep) -> float:
+            return _extras(c, lay, stage) * nb * (keep / (lay.dp * lay.cp) if sh else 1)
 
         terms.append(Term(tenant, dense, sel="z", key=key, pv=pv_stage))
         terms.append(Term(tenant, extra, sel="z", key=key))
         if A.is_moe:
-            # Expert state: ep·tp ranks share the experts; ZeRO shards it over dp·cp/ep replicas,
-            # so a sharded expert shard is el/(tp·dp·cp) whatever ep is.
+            # Expert state: el/(ep·etp) per GPU; sharded over the expert-data-parallel group
+            # tp·cp·dp/(ep·etp), that is el/(tp·cp·dp) whatever ep and etp are.
             def exp_full(lay: Layout, sh: bool, nb=nbytes) -> float:
-                return 0.0 if sh else _layer_params(c, lay)[1] / lay.tp * nb
+                return 0.0 if sh else expert(lay) * nb
 
-            def exp_shard(lay: Layout, sh: bool, nb=nbytes) -> float:
-                return _layer_params(c, lay)[1] / (lay.tp * lay.dp * lay.cp) * nb if sh else 0.0
+            def exp_shard(lay: Layout, sh: bool, nb=nbytes, keep=keep) -> float:
+                return expert(lay) / (lay.tp * lay.dp * lay.cp) * nb * keep if sh else 0.0
 
-            terms.append(Term(tenant, exp_full, sel="z", key=key, pv=pv_stage, te=inv_ep))
+            terms.append(Term(tenant, exp_full, sel="z", key=key, pv=pv_stage, te=inv_group))
             terms.append(Term(tenant, exp_shard, sel="z", key=key, pv=pv_stage))
-    acc = c.recipe.accumulation
+    acc = rc.accumulation
     if acc:
         # Unsharded gradient accumulation (FSDP2 without sync): every TP/EP-local parameter.
-        terms.append(
-            Term("gradients", lambda lay, _: _layer_params(c, lay)[0] / lay.tp * acc, pv=pv_stage)
-        )
+        terms.append(Term("gradients", lambda lay, _: dense_tp(lay) * acc, pv=pv_stage))
         terms.append(Term("gradients", lambda lay, _: _extras(c, lay, stage) * acc))
         if A.is_moe:
             terms.append(
+                Term("gradients", lambda lay, _: expert(lay) * acc, pv=pv_stage, te=inv_group)
+            )
+    if rc.fp8_weight_cache:
+        # FP8 copies of the layers' linear weights cached across micro-batches; a weight-sharding
+        # stage drops them (Megatron-FSDP).
+        cache = rc.fp8_weight_cache
+        below3 = lambda z: z < 3  # noqa: E731
+        terms.append(
+            Term(
+                "weights",
+                lambda lay, on: dense_tp(lay) * cache if on else 0.0,
+                sel="z",
+                key=below3,
+                pv=pv_stage,
+            )
+        )
+        if A.is_moe:
+            terms.append(
                 Term(
-                    "gradients",
-                    lambda lay, _: _layer_params(c, lay)[1] / lay.tp * acc,
+                    "weights",
+                    lambda lay, on: expert(lay) * cache if on else 0.0,
+                    sel="z",
+                    key=below3,
                     pv=pv_stage,
-                    te=inv_ep,
+                    te=inv_group,
                 )
             )
-    # ZeRO-3 gathers two layers' weights (current + prefetch) and one layer's gradients.
+    # ZeRO-3 gathers two layers' weights (current + prefetch) and one layer's gradients, and at
+    # the loss the unit holding the output layer (with the embedding when pp = 1).
     z3 = lambda z: z >= 3  # noqa: E731
     g = 2 * c.wb + c.gb
-    terms.append(
-        Term(
-            "weights",
-            lambda lay, on: g * _layer_params(c, lay)[0] / lay.tp if on else 0.0,
-            sel="z",
-            key=z3,
-        )
-    )
+
+    def gathered(lay: Layout, on: bool) -> float:
+        root = (rc.extra_weights or c.wb) * _extras(c, lay, stage) if rc.root_gather else 0.0
+        return g * dense_tp(lay) + root if on else 0.0
+
+    terms.append(Term("weights", gathered, sel="z", key=z3))
     if A.is_moe:
         terms.append(
             Term(
                 "weights",
-                lambda lay, on: g * _layer_params(c, lay)[1] / lay.tp if on else 0.0,
+                lambda lay, on: g * expert(lay) if on else 0.0,
                 sel="z",
                 key=z3,
-                te=inv_ep,
+                te=inv_group,
             )
         )
 
     # Activations.
     def act(lay: Layout, r: Recompute) -> float:
-        return c.s / lay.cp * _act_per_token(c, lay, r)
+        return c.s / lay.cp * activations.per_token(c, lay, r)
 
     def transient(lay: Layout, r: Recompute) -> float:
         # Full recomputation: the block being back-propagated holds its recomputed activations
         # and their gradients, about as large (Korthikanti §5 keeps one block's worth).
         if r is not Recompute.FULL:
             return 0.0
-        return 2 * c.s / lay.cp * _act_per_token(c, lay, Recompute.SELECTIVE)
+        return 2 * c.s / lay.cp * activations.block(c, lay)
 
     def logits(lay: Layout, _: object) -> float:
         if stage == "first" and lay.pp > 1:
             return 0.0
-        vocab = A.V / (lay.tp if c.recipe.vocab_parallel else 1)
-        return c.s / lay.cp * vocab * c.recipe.logits
+        vocab = A.V / (lay.tp if rc.vocab_parallel else 1)
+        out = vocab * rc.logits
+        if rc.activations in DTENSOR_HEAD and lay.tp > 1:
+            out += ACT_BYTES * A.h  # the output layer's input, gathered whole on every tp rank
+        return c.s / lay.cp * out
 
     mb = lambda db: Fraction(db[1])  # noqa: E731
     terms.append(Term("activations", transient, sel="r", db=mb))

@@ -62,8 +62,10 @@ class CostModel:
             constants or load_constants(),
             reserve_default(search.memory_reserve_gib),
             search.memory_fragmentation,
-            recipe or recipe_for(training.framework, training.precision),
+            recipe
+            or recipe_for(training.framework, training.precision, training.grad_reduce_in_bf16),
             training.framework,
+            training.fused_attention,
             overlaps_for(training),
         )
         self.rates = Rates(self.ctx)

@@ -2,8 +2,8 @@
 
 The CP-SAT model chooses one value per axis: `lay` (tp, pp, cp, dp, gpus, sp: a factorisation of
 the GPU count), `pv` (pp, virtual stages), `db` (dp, micro-batch size, micro-batch count), `te`
-(tp, ep), `r` (recomputation) and `z` (ZeRO stage). Composite axes share a component with `lay`
-and are channelled to it.
+(tp, ep, etp: the expert group), `r` (recomputation) and `z` (ZeRO stage). Composite axes share
+a component with `lay` and are channelled to it.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class Point:
     b: int
     M: int
     ep: int
+    etp: int
     r: Recompute
     z: int
 
@@ -40,7 +41,7 @@ class Point:
         if name == "db":
             return (self.lay.dp, self.b, self.M)
         if name == "te":
-            return (self.lay.tp, self.ep)
+            return (self.lay.tp, self.ep, self.etp)
         if name == "r":
             return self.r
         if name == "z":
@@ -54,6 +55,7 @@ class Point:
             dp=self.lay.dp,
             cp=self.lay.cp,
             ep=self.ep,
+            etp=self.etp,
             virtual_stages=self.v,
             micro_batch_size=self.b,
             num_microbatches=self.M,
@@ -72,6 +74,7 @@ class Point:
             c.micro_batch_size,
             c.num_microbatches,
             c.ep,
+            c.etp if c.etp is not None else c.tp,
             c.recompute,
             c.zero_stage,
         )

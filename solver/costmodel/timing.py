@@ -192,13 +192,15 @@ def optimizer_terms(c: Ctx, R: Rates, fx, stage, inv_bm) -> list[Term]:  # noqa:
                 sel="z",
                 key=z1,
                 pv=stage,
-                te=lambda te: Fraction(1, te[1]),
+                te=lambda te: Fraction(1, te[1] * _etp(te)),
                 db=inv_bm,
             ),
             Term(
                 "optimizer",
                 lambda lay, sh: (
-                    dp_params(c, lay)[1] / (lay.dp * lay.cp) * per_param * fx(lay) if sh else 0.0
+                    dp_params(c, lay)[1] / (lay.tp * lay.dp * lay.cp) * per_param * fx(lay)
+                    if sh
+                    else 0.0
                 ),
                 sel="z",
                 key=z1,
@@ -210,10 +212,11 @@ def optimizer_terms(c: Ctx, R: Rates, fx, stage, inv_bm) -> list[Term]:  # noqa:
 
 
 def dp_params(c: Ctx, lay: Layout) -> tuple[float, float, float]:
-    """(per-layer tp-sharded, per-layer expert, extra) parameters on one GPU's stage."""
+    """(per-layer dense parameters on one GPU, per-layer expert parameters of all experts, extra
+    parameters on one GPU) of the heaviest stage; a GPU holds 1/(ep·etp) of the experts."""
     dense, expert = _layer_params(c, lay)
     extra = max(_extras(c, lay, "first"), _extras(c, lay, "last"))
-    return dense / lay.tp, expert / lay.tp, extra
+    return dense / lay.tp, expert, extra
 
 
 # Bytes per parameter moved per step by ZeRO stage, and whether it recurs per micro-batch:
@@ -267,14 +270,16 @@ def _dp_latency(c: Ctx, R: Rates, z: int, x: _Axes) -> list[Term]:
 def dp_terms(c: Ctx, R: Rates, z: int) -> tuple[list[Term], list[Term]]:
     """(comm, credit) terms per token for ZeRO stage z: exposed = max(0, comm − credit)."""
     A, K, x = c.A, c.K, _Axes(c)
-    inv_ep = lambda te: Fraction(1, te[1])  # noqa: E731
+    inv_group = lambda te: Fraction(1, te[1] * _etp(te))  # noqa: E731
     fx, pt = x.fx, x.pt
 
     def coef(lay: Layout, nb: float) -> float:
         g = lay.dp * lay.cp
         return 0.0 if g == 1 else nb * (g - 1) / g / R.group_bw(g, lay.tp) * fx(lay)
 
-    def coef_exp(lay: Layout, nb: float) -> float:  # expert group dp·cp/ep: (1/ep − 1/(dp·cp))
+    # Expert-data-parallel group tp·cp·dp/(ep·etp): a ring moves (1/(ep·etp) − 1/(tp·cp·dp)) of
+    # the experts' parameters per GPU (Megatron-Core MoE parallel folding).
+    def coef_exp(lay: Layout, nb: float) -> float:
         g = lay.dp * lay.cp
         return 0.0 if g == 1 else nb / R.group_bw(g, lay.tp) * fx(lay)
 
@@ -301,7 +306,7 @@ def dp_terms(c: Ctx, R: Rates, z: int) -> tuple[list[Term], list[Term]]:
                     "dp_comm",
                     lambda lay, _, nb=nb: dp_params(c, lay)[1] * coef_exp(lay, nb),
                     pv=x.stage,
-                    te=inv_ep,
+                    te=inv_group,
                     db=dbf,
                 )
             )
@@ -309,7 +314,7 @@ def dp_terms(c: Ctx, R: Rates, z: int) -> tuple[list[Term], list[Term]]:
                 Term(
                     "dp_comm",
                     lambda lay, _, nb=nb: (
-                        dp_params(c, lay)[1] * coef_exp(lay, nb) / (lay.dp * lay.cp)
+                        dp_params(c, lay)[1] * coef_exp(lay, nb) / (lay.tp * lay.dp * lay.cp)
                     ),
                     pv=x.stage,
                     db=dbf,

@@ -1,7 +1,7 @@
 """Lower bounds, vectorised: the pruning half of the search, at two grains.
 
-Fine: for a cell (row, db = (dp, b, M), te = (tp, ep)) and each recomputation r and ZeRO stage
-z, every term group is bounded below by its exact real product start·f_pv·f_te·f_db with the
+Fine: for a cell (row, db = (dp, b, M), te = (tp, ep, etp)) and each recomputation r and ZeRO
+stage z the framework runs on the row, every term group is bounded below by its exact real product start·f_pv·f_te·f_db with the
 least pv factor that agrees with the row (the integer form rounds up after each factor, so it
 is never smaller; credits take the greatest factor and bound from above). A (cell, r, z) whose
 least memory overflows a stage is impossible; the cell's bound is the least time over the (r, z)
@@ -40,7 +40,7 @@ class Tables(Protocol):
 
 
 SLACK = 1e-9
-Cell = tuple[tuple[int, int, int], tuple[int, int]]  # (db, te) within a row
+Cell = tuple[tuple[int, int, int], tuple[int, int, int]]  # (db, te) within a row
 
 
 class Fine(NamedTuple):
@@ -77,6 +77,8 @@ class _Index:
         self.start_of = np.array(pos, dtype=np.int64)[self.row_of]
         self.n = len(self.row_of)
         self.rs, self.zs = list(sp.rs), list(sp.zs)
+        zok = [[z in tb.compatible("z", r) for z in self.zs] for r in rows]
+        self.z_ok = np.array(zok, dtype=bool).reshape(len(rows), len(self.zs))[self.row_of]
         self._cache: dict[tuple[int, str, bool], np.ndarray] = {}
 
     def factor(self, axis: str, fn, least: bool) -> np.ndarray:  # noqa: ANN001
@@ -126,7 +128,7 @@ def _safe(x: np.ndarray, lower: bool) -> np.ndarray:
 def _by_rz(ix: _Index) -> np.ndarray:
     """Least objective per (unit, r, z); +inf where the least memory overflows."""
     cm = ix.tb.sp.cm
-    fits = np.ones((ix.n, len(ix.rs), len(ix.zs)), dtype=bool)
+    fits = np.broadcast_to(ix.z_ok[:, None, :], (ix.n, len(ix.rs), len(ix.zs))).copy()
     for st in STAGES:
         mem = _safe(_comp(ix, cm.memory[st].base, True), True)
         for a, b in cm.memory[st].pairs:

@@ -69,10 +69,13 @@ class Tables:
             return row.pp
         if axis == "db":
             return row.dp
+        if axis == "z":
+            return (row.pp == 1, row.dp * row.cp == 1)
         return (row.tp, row.dp * row.cp)
 
     def compatible(self, axis: str, row: Layout) -> list[object]:
-        """`Space.compatible`, computed once per class of rows (same pp, dp, or tp and dp·cp)."""
+        """`Space.compatible`, computed once per class of rows (same pp, dp, tp and dp·cp, or
+        what decides the ZeRO stages)."""
         k = (axis, self._class(axis, row))
         if k not in self._compat:
             self._compat[k] = self.sp.compatible(axis, row)
@@ -111,7 +114,9 @@ class Tables:
         f = self._fine.get(row)
         return f.bound if f is not None else self.coarse()[row]
 
-    def cell_bound(self, row: Layout, db: tuple[int, int, int], te: tuple[int, int]) -> int | None:
+    def cell_bound(
+        self, row: Layout, db: tuple[int, int, int], te: tuple[int, int, int]
+    ) -> int | None:
         """A lower bound for the row with that micro-batch shape and ep (None: nothing fits)."""
         self.refine([row])
         return self._fine[row].cells[(db, te)]
@@ -122,5 +127,5 @@ class Tables:
         at = self._fine[row].at
         if at is None:
             return None
-        (_, b, m), (_, e), r, z = at
-        return Point(row, 1, b, m, e, r, z)
+        (_, b, m), (_, e, et), r, z = at
+        return Point(row, 1, b, m, e, et, r, z)

@@ -12,7 +12,7 @@ from meshplan.solver.space import Space
 
 
 class Axes:
-    """The decision variables: which layout row, which (pp, v), (dp, b, M), (tp, ep), r, z."""
+    """The decision variables: which layout row, which (pp, v), (dp, b, M), (tp, ep, etp), r, z."""
 
     def __init__(self, m: cp_model.CpModel, sp: Space, tables: Tables) -> None:
         self.m, self.sp, self.tables = m, sp, tables
@@ -46,10 +46,24 @@ class Axes:
                 groups[k[idx]].append(b)
             for val in set(rows) | set(groups):
                 m.add(sum(groups.get(val, [])) == sum(rows.get(val, [])))
-        # ep must divide dp·cp of the chosen row.
-        for (t, e), b in self.vals["te"].items():
-            ok = [y for r, y in self.lay.items() if r.tp == t and (r.dp * r.cp) % e == 0]
-            m.add(b <= sum(ok))
+        # The expert group and the ZeRO stage agree with the chosen row (Space.compatible).
+        for axis in ("te", "z"):
+            ok: dict[object, list[cp_model.IntVar]] = defaultdict(list)
+            for r, y in self.lay.items():
+                for k in self.sp.compatible(axis, r):
+                    ok[k].append(y)
+            for k, b in self.vals[axis].items():
+                if len(ok[k]) < len(self.lay):
+                    m.add(b <= sum(ok[k]))
+        # Interleaving with a micro-batch count the schedule cannot run: not both (one
+        # constraint per pp, since the chosen (pp, v) carries the row's pp).
+        for pp in sorted({p for p, _ in self.vals["pv"]}):
+            bad_pv = [b for (p, v), b in self.vals["pv"].items() if p == pp and v > 1]
+            bad_db = [
+                b for d, b in self.vals["db"].items() if not self.sp.pipeline_fits_batch((pp, 2), d)
+            ]
+            if bad_pv and bad_db:
+                m.add(sum(bad_pv) + sum(bad_db) <= 1)
 
     def key_literal(self, axis: str, key, keyval: object) -> cp_model.IntVar | bool:  # noqa: ANN001
         """A literal true iff the axis value maps to `keyval` under `key`."""
@@ -87,8 +101,8 @@ class Axes:
             a: next(k for k, b in d.items() if solver.boolean_value(b))
             for a, d in self.vals.items()
         }
-        (_, v), (_, b, mm), (_, e) = pick["pv"], pick["db"], pick["te"]
-        return Point(lay, v, b, mm, e, pick["r"], pick["z"])
+        (_, v), (_, b, mm), (_, e, et) = pick["pv"], pick["db"], pick["te"]
+        return Point(lay, v, b, mm, e, et, pick["r"], pick["z"])
 
     def point_literals(self, p: Point) -> list[cp_model.IntVar] | None:
         """The Booleans that fix a point's layout and batch shape (None: not in this model)."""

@@ -1,0 +1,111 @@
+"""Stored activations per token per layer on one GPU (bytes), in the form of the request's
+framework profile (`Recipe.activations`).
+
+- "seed002" (the textbook profile): seed 002's 12·h elements of 2 bytes per token per layer,
+  shared out over tp, sequence parallelism and MoE/dense layers in the proportions of
+  Korthikanti et al. 2022 eq. 1.
+- "korthikanti": Korthikanti et al. 2022 eq. 1 generalised to GQA and gated MLPs (34·h bytes for
+  a GPT layer; kept for the comparison benchmarks/fidelity.py prints).
+- "megatron", "torchtitan", "kempnerforge": the tensors a layer keeps for its backward with
+  fused attention, no dropout and RMSNorm (FlashAttention keeps q, k, v, its output and per-row
+  statistics, Dao et al. 2022): the two norm inputs (2·2h), the two norm outputs feeding the
+  column-parallel linears (2·2h), q and the attention output (2·2·a·d), k and v (2·2·kv·d) and
+  the MLP's intermediates (4f; gated, 8f in eager PyTorch: gate, up, silu(gate) and the product,
+  6f with Megatron's fused SwiGLU). Megatron's sequence
+  parallelism keeps only its sequence shard of the norm outputs and gathers it again in backward
+  (Korthikanti §4.2.2), so every tensor is split over tp; DTensor TP (torchtitan, KempnerForge)
+  saves the all-gathered input of each column-parallel matmul, whole on every tp rank.
+
+Without fused attention the scores add 5·a·s bytes per token (Korthikanti eq. 2: softmax, its
+dropout mask and output). Selective recomputation: Megatron recomputes the core attention, which
+keeps nothing else once attention is fused, and the routed experts' activation functions
+(--recompute-modules core_attn moe_act; transformer_config.py); torchtitan's op-level policy keeps the block input,
+every other matmul output (q, v, w1, w2) and the attention output (torchtitan
+distributed/activation_checkpoint.py: _save_list, "every second mm" recomputed); KempnerForge
+checkpoints the attention module (kempnerforge/distributed/parallel.py apply_ac). Full
+recomputation keeps the layer input (2·h, a sequence shard with sequence parallelism).
+"""
+
+from __future__ import annotations
+
+from meshplan.solver.costmodel.context import ACT_BYTES, Ctx
+from meshplan.solver.costmodel.point import Layout
+from meshplan.solver.schema import Recompute
+
+SEED002_ELEMENTS = 12  # activation elements per token per layer, in units of h (seed 002)
+TEXTBOOK = ("seed002", "korthikanti")
+
+
+def per_token(c: Ctx, lay: Layout, r: Recompute) -> float:
+    """Activation bytes per token per layer on one GPU: the mean over layers with pp = 1, the
+    heavier of a dense and an MoE layer otherwise (a stage may hold either)."""
+    A = c.A
+    if r is Recompute.FULL:
+        return 2.0 * A.h / (lay.tp if lay.sp else 1)  # the layer input checkpoint only
+    dense = _layer(c, lay, r, A.f, 0)
+    if not A.is_moe:
+        return dense
+    moe = _layer(c, lay, r, A.fe * (A.top_k + A.shared), A.top_k)
+    if lay.pp == 1:
+        return (A.n_dense_layers * dense + A.n_moe_layers * moe) / A.L
+    return max(dense, moe)
+
+
+def block(c: Ctx, lay: Layout) -> float:
+    """What the one block being recomputed under full recomputation holds, per token: all its
+    activations (the textbook forms: their selective-recompute total, as calibrated)."""
+    textbook = c.recipe.activations in TEXTBOOK
+    return per_token(c, lay, Recompute.SELECTIVE if textbook else Recompute.NONE)
+
+
+def _layer(c: Ctx, lay: Layout, r: Recompute, width: int, routed: int) -> float:
+    """One layer whose MLP has `width` intermediate channels per token (all experts a token
+    visits) and dispatches `routed` copies of each token (MoE)."""
+    form = c.recipe.activations
+    if form in TEXTBOOK:
+        return _textbook(c, lay, r, width, routed)
+    A, T = c.A, lay.tp
+    h, aw, kvw = A.h, A.attn_width, A.kv * A.head_dim
+    # gated MLP: Megatron's fused fc1 [gate | up] and SwiGLU keep fc1's output and fc2's input
+    # (6f; megatron/core/fusions/fused_bias_swiglu.py), eager PyTorch also silu(gate) (8f)
+    gate = (6 if form == "megatron" else 8) if A.gated else 4
+    mlp = gate * width + ACT_BYTES * routed * h
+    scores = 5.0 * A.a * c.s if (r is Recompute.NONE and not c.fused_attention) else 0.0
+    if r is Recompute.SELECTIVE and form == "torchtitan":
+        # op-level SAC: block input and w2 output (sequence shards), q, v, attention output, w1
+        return (4.0 * h) / _sp(lay) + (4.0 * aw + 2.0 * kvw + 2.0 * width) / T
+    if r is Recompute.SELECTIVE and form == "kempnerforge":
+        # the attention module is checkpointed: its input, the MLP's gathered input and its own
+        return (4.0 * h + 2.0 * h) / _sp(lay) + 2.0 * h + mlp / T
+    split = 4.0 * aw + 4.0 * kvw + mlp + scores
+    if form == "megatron":
+        if r is Recompute.SELECTIVE and routed:
+            split -= 2.0 * A.fe * routed  # moe_act: the routed experts' activation outputs
+        return (8.0 * h) / _sp(lay) + split / T
+    return (4.0 * h) / _sp(lay) + 4.0 * h + split / T  # the gathered linear inputs: whole
+
+
+def _sp(lay: Layout) -> int:
+    """Divisor of the tensors sequence parallelism shards."""
+    return lay.tp if lay.sp else 1
+
+
+def _textbook(c: Ctx, lay: Layout, r: Recompute, width: int, routed: int) -> float:
+    """seed 002's total (or Korthikanti's) with Korthikanti's split over tp."""
+    A, T = c.A, lay.tp
+    unfused = r is Recompute.NONE and not c.fused_attention
+    score = 5.0 * A.a * c.s if unfused else 0.0  # Korthikanti eq. 2
+    nonpar = 10.0 * A.h  # layer-norm inputs, dropout masks: replicated across tp without sp
+    gate = 8 if A.gated else 4
+
+    def korthikanti(mlp: float) -> float:  # eq. 1 generalised to GQA and gated MLPs
+        return nonpar + (4.0 + 4.0 * A.kv / A.a) * A.h + mlp
+
+    scale = 1.0
+    if c.recipe.activations == "seed002":
+        # seed 002: 12·h elements of 2 bytes per token for the model's dense block; Korthikanti's
+        # terms only share it out (tp split, MoE/dense ratio)
+        scale = SEED002_ELEMENTS * ACT_BYTES * A.h / korthikanti(gate * A.f)
+    mlp = gate * width + (2.0 * routed * A.h if routed else 0.0)
+    par = scale * (korthikanti(mlp) - nonpar) + score
+    return (scale * nonpar + par) / T if lay.sp else scale * nonpar + par / T

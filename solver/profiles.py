@@ -1,0 +1,371 @@
+"""Framework profiles: the layouts each training framework can run, what it keeps in memory, and
+how a plan is exported for it. One frozen object per framework (`PROFILES`); every rule and
+number names the code it was read from (`SOURCES`, at the commit given there).
+
+The search treats a profile's rules as constraints (`space.violations` is the specification, the
+generators produce exactly the points that obey it), so a plan is always one the framework can
+express; `tools/export.py` then writes it in the framework's own format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+
+from meshplan.solver.schema import Framework, Precision
+
+ACT_BYTES = 2  # bf16 activations and collectives
+LOGIT_BYTES = 12  # non-fused cross-entropy on .float() logits (see TORCHTITAN below)
+
+# The code read for each profile (repository @ commit: files).
+SOURCES: Mapping[Framework, str] = MappingProxyType(
+    {
+        Framework.GENERIC: (
+            "the textbook recipe: Rajbhandari et al. 2020 (ZeRO §3: 2 + 2 + 12 bytes per "
+            "parameter in mixed precision) and DeepSeek-V3's FP8 recipe as 1 + 2 + 6"
+        ),
+        Framework.MEGATRON: (
+            "NVIDIA/Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553: "
+            "megatron/training/arguments.py (validate_args), "
+            "megatron/core/transformer/transformer_config.py, "
+            "megatron/core/transformer/pipeline_parallel_layer_layout.py, "
+            "megatron/core/pipeline_parallel/schedules.py, megatron/core/model_parallel_config.py, "
+            "megatron/core/transformer/moe/moe_layer.py, "
+            "megatron/core/tensor_parallel/cross_entropy.py, "
+            "megatron/core/extensions/transformer_engine.py, "
+            "docs/user-guide/features/{dist_optimizer,megatron_fsdp}.md; "
+            "NVIDIA/TransformerEngine @ d0067d0da6cb01811b8072a7d304f0e00344ce2b: "
+            "transformer_engine/pytorch/module/linear.py"
+        ),
+        Framework.TORCHTITAN: (
+            "pytorch/torchtitan @ e347b1e5e6b6941d789d16d340145294d82dc71e (the last TOML job "
+            "config): torchtitan/config/job_config.py, torchtitan/distributed/parallel_dims.py, "
+            "torchtitan/distributed/pipeline_parallel.py, torchtitan/components/loss.py, "
+            "torchtitan/models/llama3/infra/parallelize.py, torchtitan/train.py"
+        ),
+        Framework.DEEPSPEED: (
+            "microsoft/DeepSpeed @ 38327e07f6cd39b63418f60cedd1651b0be3e7c3: "
+            "deepspeed/runtime/pipe/engine.py, deepspeed/runtime/engine.py; "
+            "microsoft/Megatron-DeepSpeed @ f4157bea69f3df8c6cb66f2ebcda66ba03d1288e: "
+            "megatron/arguments.py, megatron/model/gpt_model.py"
+        ),
+        Framework.KEMPNERFORGE: (
+            "KempnerInstitute/KempnerForge @ 5666d0d161539998210f99f16f986b1ab76cbffe: "
+            "kempnerforge/config/{job,distributed,training}.py, "
+            "kempnerforge/distributed/{parallel,pipeline_parallel,utils}.py, scripts/train.py; "
+            "the memory recipe fitted to its published benchmarks (solver/catalog/NOTES.md §4)"
+        ),
+    }
+)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a framework keeps in memory, per parameter and per logit element (bytes).
+
+    ZeRO stage z shards the optimizer (z >= 1), the gradients (z >= 2) and the weights (z >= 3)
+    over the data-parallel group (Rajbhandari et al. 2020)."""
+
+    weights: int  # compute copy of each parameter
+    gradients: int  # main gradients
+    optimizer: int  # master copy and Adam moments
+    accumulation: int = 0  # per TP-local parameter, never sharded: grads kept across micro-batches
+    fp8_weight_cache: int = 0  # per layer parameter, unsharded: cached FP8 weight copies
+    logits: int = LOGIT_BYTES  # per logit element at the loss
+    vocab_parallel: bool = True  # input embedding and logits split over tp (else replicated)
+    reduce_bytes: int = 0  # FSDP2 no-sync: bytes per parameter reduce-scattered once per step
+    sharded_master_only: bool = False  # ZeRO-3 keeps no sharded compute copy (FSDP2 fp32 params)
+    root_gather: bool = True  # ZeRO-3 counts the gathered output layer / embedding unit
+    extra_weights: int = 0  # bytes of the embedding and output weights when not `weights`
+    activations: str = "seed002"  # stored-activation form (costmodel/memory.py)
+    tp_exposed: bool = False  # tp collectives never overlap compute (else the fitted eps_tp)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One framework: the layouts it can express, its memory recipe, its export."""
+
+    framework: Framework
+    title: str  # what the profile stands for, in words
+    zero_stages: frozenset[int]  # ZeRO stages it runs with pp = 1 and a data-parallel group
+    zero_stages_pipelined: frozenset[int]  # ... with pp > 1
+    zero_names: Mapping[int, str]  # what each stage is called in the framework
+    interleaving: bool  # virtual pipeline stages (v > 1)
+    extra_chunks: int  # pipeline chunks beyond the layers (embedding, loss as chunks of their own)
+    interleave_whole_rounds: bool  # v > 1 needs num_microbatches to be a multiple of pp
+    context_parallel: bool  # cp > 1
+    sequence_parallel_required: bool  # tp > 1 always shards the sequence
+    moe_tp_needs_sp: bool  # MoE with tp > 1 needs sequence parallelism
+    expert_tp_one: bool  # experts may be unsplit (etp = 1) while tp > 1: ep spans the tp ranks
+    expert_parallel: bool  # ep > 1 expressible in the planner's layout (ep inside tp·cp·dp)
+    fp8: bool  # has an FP8 training recipe
+    fp8_with_tp: bool  # FP8 composes with tp > 1
+    fp8_zero_min: int  # least ZeRO stage its FP8 recipe needs over a data-parallel group
+    moe_with_pp: bool  # MoE layers in a pipeline
+    tied_with_pp: bool  # tied embeddings in a pipeline
+    bf16: Recipe
+    fp8_recipe: Recipe
+    export: str  # tools.export kind
+    timing_key: str  # key of this framework's fitted efficiency constants (constants.py)
+    timing: object | None = None  # per-framework timing facts, wired in with the fitted constants
+
+    @property
+    def source(self) -> str:
+        return SOURCES[self.framework]
+
+    def recipe(self, precision: Precision, grad_reduce_in_bf16: bool = False) -> Recipe:
+        r = self.fp8_recipe if precision is Precision.FP8 else self.bf16
+        if grad_reduce_in_bf16 and self.framework is Framework.MEGATRON:
+            return replace(r, gradients=2)  # --grad-reduce-in-bf16: bf16 main gradients
+        return r
+
+    def zero_allowed(self, pp: int, dp_cp: int, fp8: bool = False) -> frozenset[int]:
+        """ZeRO stages for a layout: none to shard over a single data-parallel rank."""
+        if dp_cp == 1:
+            return frozenset({0})
+        zs = self.zero_stages if pp == 1 else self.zero_stages_pipelined
+        return frozenset(z for z in zs if z >= self.fp8_zero_min) if fp8 else zs
+
+    def etp_values(self, tp: int, moe: bool) -> list[int]:
+        """Expert tensor-parallel degrees this framework can pair with tp."""
+        if moe and self.expert_tp_one and tp > 1:
+            return [1, tp]
+        return [tp]
+
+
+# Megatron-Core memory by data type (docs/user-guide/features/dist_optimizer.md): bf16
+# parameters, fp32 main gradients (unsharded: the distributed optimizer reduce-scatters inside the
+# full-size buffer unless --grad-reduce-in-bf16), fp32 master weights and Adam moments: 18 bytes,
+# "6 + 12/d" with --use-distributed-optimizer. Its vocab-parallel cross-entropy upcasts the logits
+# to fp32 and keeps the fp32 softmax for backward, next to the bf16 logits: 6 bytes an element
+# (megatron/core/tensor_parallel/cross_entropy.py). Its FP8 recipe is Transformer Engine's with
+# FP8 parameters (--fp8-param-gather, as NeMo's bf16_with_fp8_mixed sets fp8_params): each linear
+# weight is stored as FP8 (1 byte) and TE caches its columnwise copy for the step (1 byte; module/
+# linear.py, cached across micro-batches when Megatron passes is_first_microbatch); embedding and
+# output stay bf16. --fp8-param-gather needs the distributed optimizer or FSDP (arguments.py);
+# Megatron-FSDP drops the cached copy (megatron_fsdp.md).
+_MEGATRON = Recipe(2, 4, 12, logits=6, activations="megatron")
+
+MEGATRON = Profile(
+    framework=Framework.MEGATRON,
+    title="Megatron-Core with Transformer Engine (pretrain_gpt.py)",
+    # --use-distributed-optimizer is ZeRO-1 with any pipeline; ZeRO-2/3 are Megatron-FSDP
+    # (--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads[_params]), documented
+    # with TP and EP and refused with PP by its v2 adapter (mcore_fsdp_adapter.py).
+    zero_stages=frozenset({0, 1, 2, 3}),
+    zero_stages_pipelined=frozenset({0, 1}),
+    zero_names=MappingProxyType(
+        {
+            0: "DDP",
+            1: "distributed optimizer",
+            2: "Megatron-FSDP optim_grads",
+            3: "Megatron-FSDP optim_grads_params",
+        }
+    ),
+    # Any pp·v <= layers: --pipeline-model-parallel-layout places layers unevenly (since core
+    # v0.13); the interleaved schedule groups pp micro-batches per chunk by default
+    # (microbatch_group_size_per_vp_stage = pp) and refuses a remainder below pp (schedules.py).
+    interleaving=True,
+    # --pipeline-model-parallel-layout may give the embedding and the loss chunks of their own
+    extra_chunks=2,
+    interleave_whole_rounds=True,
+    context_parallel=True,
+    sequence_parallel_required=False,
+    moe_tp_needs_sp=True,  # moe_layer.py: MoE with tp > 1 raises without sequence parallelism
+    # --expert-tensor-parallel-size (default tp); experts fold over tp·cp·dp (parallel_state)
+    expert_tp_one=True,
+    expert_parallel=True,
+    fp8=True,
+    fp8_with_tp=True,
+    fp8_zero_min=1,
+    moe_with_pp=True,
+    tied_with_pp=True,
+    bf16=_MEGATRON,
+    fp8_recipe=Recipe(
+        1, 4, 12, fp8_weight_cache=1, extra_weights=2, logits=6, activations="megatron"
+    ),
+    export="megatron",
+    timing_key="MEGATRON",
+)
+
+# torchtitan keeps FSDP2's sharded fp32 parameters and Adam moments, reduces gradients in fp32
+# (MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)) and gathers bf16 weights per unit:
+# 4 + 12 sharded (the sharded fp32 parameter is the master copy). Under pipelining it sets reshard_after_forward=False
+# (llama3/infra/parallelize.py) and torch.distributed.pipelining skips the gradient sync until
+# the last micro-batch, so weights and fp32 gradients stay unsharded through the step: the
+# memory (and traffic) of ZeRO-1. The loss is F.cross_entropy(pred.float()) (components/loss.py):
+# bf16 logits, their fp32 copy and log-softmax, then fp32 gradients: 12 bytes an element, split
+# over tp by loss parallelism. Float8 (torchao) converts the matmuls only.
+_TORCHTITAN = Recipe(2, 4, 12, activations="torchtitan", sharded_master_only=True)
+
+TORCHTITAN = Profile(
+    framework=Framework.TORCHTITAN,
+    title="torchtitan: FSDP2, TP, PP, CP, EP on PyTorch DTensor",
+    zero_stages=frozenset({3}),  # data_parallel_shard_degree: FSDP2
+    zero_stages_pipelined=frozenset({1}),  # FSDP2 under PP: no reshard, one sync per step
+    zero_names=MappingProxyType(
+        {0: "no data parallelism", 1: "FSDP2 under pipelining", 3: "FSDP2"}
+    ),
+    interleaving=True,  # Interleaved1F1B; module_fqns_per_model_part places any split
+    extra_chunks=0,
+    interleave_whole_rounds=False,
+    context_parallel=True,
+    sequence_parallel_required=True,  # TP plans always shard the sequence (SequenceParallel)
+    moe_tp_needs_sp=True,
+    expert_tp_one=True,  # parallel_dims.py: ETP = TP or ETP = 1, efsdp = dp·cp·tp/(etp·ep)
+    expert_parallel=True,
+    fp8=True,
+    fp8_with_tp=True,
+    fp8_zero_min=0,
+    moe_with_pp=True,
+    tied_with_pp=True,
+    bf16=_TORCHTITAN,
+    fp8_recipe=_TORCHTITAN,
+    export="torchtitan",
+    timing_key="TORCHTITAN",
+)
+
+# Megatron-DeepSpeed under DeepSpeed ZeRO: bf16 weights and gradients, fp32 master and moments
+# (the ZeRO paper's 2 + 2 + 12 is DeepSpeed's own); the pipeline engine asserts "ZeRO-2 and
+# ZeRO-3 are incompatible with pipeline parallelism" (runtime/pipe/engine.py). Megatron-DeepSpeed
+# builds Megatron's layers and vocab-parallel loss; its sequence parallelism across ranks is
+# Ulysses (--ds-sequence-parallel-size, all-to-all over heads), not the ring context parallelism
+# the cost model times, so cp stays 1; its FP8 path needs Transformer Engine layers that its
+# DeepSpeed pipeline model (GPTModelPipe) does not build, so there is no FP8 recipe.
+_DEEPSPEED = Recipe(2, 2, 12, logits=6, activations="megatron")
+
+DEEPSPEED = Profile(
+    framework=Framework.DEEPSPEED,
+    title="DeepSpeed ZeRO with Megatron-DeepSpeed tensor and pipeline parallelism",
+    zero_stages=frozenset({0, 1, 2, 3}),
+    zero_stages_pipelined=frozenset({0, 1}),
+    zero_names=MappingProxyType({0: "ZeRO-0", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}),
+    interleaving=False,  # PipelineModule: one stage per rank
+    extra_chunks=0,
+    interleave_whole_rounds=False,
+    context_parallel=False,
+    sequence_parallel_required=False,
+    moe_tp_needs_sp=False,
+    expert_tp_one=False,  # --enable-expert-tensor-parallelism splits experts like dense layers
+    expert_parallel=True,  # --moe-expert-parallel-size groups carved out of data parallelism
+    fp8=False,
+    fp8_with_tp=False,
+    fp8_zero_min=0,
+    moe_with_pp=True,
+    tied_with_pp=True,
+    bf16=_DEEPSPEED,
+    fp8_recipe=_DEEPSPEED,
+    export="deepspeed",
+    timing_key="DEEPSPEED",
+)
+
+# KempnerForge (seed 001; solver/catalog/NOTES.md §4):
+# - parameters and AdamW moments in BF16 (param_dtype is "the master weight dtype"): 2 + 4 B,
+#   sharded by FSDP2;
+# - gradient accumulation runs under set_requires_gradient_sync(False), so FSDP2 keeps every
+#   parameter's unsharded gradient upcast to reduce_dtype=fp32 (4 B per TP-local parameter)
+#   until the last micro-batch reduce-scatters it; the sharded BF16 gradient only exists after
+#   that, past the backward peak, so it is not counted. The buffer is counted for one
+#   micro-batch too (an over-estimate there): memory must fall with a smaller micro-batch at a
+#   fixed batch, which an M-dependent buffer would break;
+# - the token embedding is replicated across tp and the output head is gathered to Replicate,
+#   so every tp rank holds the embedding and the full [b, s, V] logits; 8 B per logit element
+#   (bf16 logits + fp32 log-probabilities + bf16 gradient) is what the seed's three memory
+#   figures leave once the state, the checkpoints and one block's recompute are taken out (a
+#   residual fitted with seed 002's activation form, which it therefore keeps, and which holds
+#   the gathered embedding and output unit too);
+# - TP is DTensor with sequence parallelism and no async TP: "TP fires all-gather/reduce-scatter
+#   on every matmul" (seed 001), so its collectives are counted fully exposed.
+_KEMPNERFORGE = Recipe(
+    weights=2,
+    gradients=0,
+    optimizer=4,
+    accumulation=4,
+    logits=8,
+    vocab_parallel=False,
+    reduce_bytes=4,
+    activations="seed002",
+    tp_exposed=True,
+    root_gather=False,
+)
+
+KEMPNERFORGE = Profile(
+    framework=Framework.KEMPNERFORGE,
+    title="KempnerForge: FSDP2 and DTensor TP on PyTorch",
+    zero_stages=frozenset({0, 3}),  # dp_replicate (DDP) or dp_shard (FSDP2)
+    zero_stages_pipelined=frozenset({1}),  # FSDP2 under torch.distributed.pipelining
+    zero_names=MappingProxyType(
+        {0: "dp_replicate", 1: "dp_shard under pipelining", 3: "dp_shard (FSDP2)"}
+    ),
+    interleaving=False,  # build_stage_module: one stage per pp rank
+    extra_chunks=0,
+    interleave_whole_rounds=False,
+    context_parallel=False,  # distributed.cp exists but nothing applies it (a stub)
+    sequence_parallel_required=True,
+    moe_tp_needs_sp=True,
+    expert_tp_one=False,
+    # world = dp_replicate·dp_shard·tp·pp·cp·ep and the data-parallel rank leaves ep out
+    # (distributed/utils.py get_dp_info): its ep ranks share a batch, a layout outside tp·pp·cp·dp
+    expert_parallel=False,
+    fp8=True,
+    fp8_with_tp=False,  # config/job.py: "FP8 + Tensor Parallelism is not yet supported"
+    fp8_zero_min=0,
+    moe_with_pp=False,  # config/job.py: "MoE + Pipeline Parallelism is not supported"
+    tied_with_pp=False,  # config/job.py: tied embeddings are not supported with pp
+    bf16=_KEMPNERFORGE,
+    fp8_recipe=_KEMPNERFORGE,  # Float8Linear converts the matmuls only
+    export="kempnerforge",
+    timing_key="KEMPNERFORGE",
+)
+
+# The textbook profile: every layout the planner's axes can describe, seed 002's recipes.
+GENERIC = Profile(
+    framework=Framework.GENERIC,
+    title="no framework: the textbook recipe",
+    zero_stages=frozenset({0, 1, 2, 3}),
+    zero_stages_pipelined=frozenset({0, 1, 2, 3}),
+    zero_names=MappingProxyType({z: f"ZeRO-{z}" for z in range(4)}),
+    interleaving=True,
+    extra_chunks=0,
+    interleave_whole_rounds=False,
+    context_parallel=True,
+    sequence_parallel_required=False,
+    moe_tp_needs_sp=False,
+    expert_tp_one=False,
+    expert_parallel=True,
+    fp8=True,
+    fp8_with_tp=True,
+    fp8_zero_min=0,
+    moe_with_pp=True,
+    tied_with_pp=True,
+    bf16=Recipe(2, 2, 12),
+    fp8_recipe=Recipe(1, 2, 6),
+    export="megatron",
+    timing_key="GENERIC",
+)
+
+PROFILES: Mapping[Framework, Profile] = MappingProxyType(
+    {p.framework: p for p in (GENERIC, MEGATRON, TORCHTITAN, DEEPSPEED, KEMPNERFORGE)}
+)
+
+
+def profile_of(framework: Framework) -> Profile:
+    return PROFILES[framework]
+
+
+def check_request(framework: Framework, precision: Precision, gpu: str, gpu_fp8: bool) -> None:
+    """Precision a GPU or a framework cannot train in is bad input (ValueError naming the field)."""
+    if precision is not Precision.FP8:
+        return
+    if not gpu_fp8:
+        raise ValueError(
+            f"training.precision FP8 needs FP8 tensor cores, which {gpu} does not have "
+            "(Hopper and later: h100, h200, b200; or mi300x)"
+        )
+    prof = PROFILES[framework]
+    if not prof.fp8:
+        raise ValueError(
+            f"training.precision FP8 is not available with training.framework "
+            f"{framework.value}: {prof.title} has no FP8 training recipe"
+        )
