@@ -203,8 +203,10 @@ class Rates:
         hop = self.cp_hop(lay)
         if not self.ov.cp:
             return (C - 1) * hop
-        block = self.attention(lay) / C  # the attention of one block hides one hop
-        return (C - 1) * max(self.c.K.eps_cp * hop, hop - block)
+        block = self.attention(lay) / C  # the attention of one block
+        if self.ov.cp_ring:  # each hop hides behind one block
+            return (C - 1) * max(self.c.K.eps_cp * hop, hop - block)
+        return max(self.c.K.eps_cp * (C - 1) * hop, (C - 1) * hop - block)  # behind the first
 
     def cp_latency(self, lay: Layout) -> float:
         C = lay.cp
