@@ -140,13 +140,13 @@ def activation_evidence(runs: Sequence[CalibrationRun]) -> tuple[str, dict[str, 
     rows, errs = [], {"seed002": [], "korthikanti": []}
     mem_runs = [r for r in runs if r.source == "torchtitan" and r.memory_gib is not None]
     for r in mem_runs:
-        A, H = resolve_model(r.model_spec()), resolve_cluster(r.cluster)
+        A, H = resolve_model(r.model), resolve_cluster(r.cluster)
         tr = r.training.model_copy(update={"precision": r.memory_precision})
         row: list[object] = [r.id, r.config.recompute.value.lower(), f"{r.memory_gib:.1f}"]
         for form in errs:
             rec = replace(recipe_for(r.framework, r.memory_precision), activations=form)
             cm = CostModel(A, H, tr, r.search, recipe=rec)
-            bill = cm.memory_bill(Point.from_config(r.parallel_config()))
+            bill = cm.memory_bill(Point.from_config(r.config))
             pred = (bill.total - cm.ctx.reserve_bytes) / GIB
             errs[form].append((r.config.recompute.value, pred / r.memory_gib - 1))
             row += [f"{pred:.1f}", f"{pred / r.memory_gib - 1:+.0%}"]

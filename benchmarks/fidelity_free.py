@@ -60,7 +60,7 @@ def compare(runs: Sequence[CalibrationRun], time_limit_s: float = 10.0) -> list[
     for r in runs:
         ev = evaluate(r.request())
         req = PlanRequest(
-            model=r.model_spec(),
+            model=r.model,
             cluster=r.cluster,
             training=r.training,
             options=Options(time_limit_s=time_limit_s, explain=False),

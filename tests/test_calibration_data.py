@@ -108,7 +108,7 @@ def test_moe_zoo_runs_keep_their_expert_layout(runs) -> None:
     r = runs["mcore_moezoo_qwen3_235b_bf16_256xh100_crossnode_ep32_1f1boverlap"]
     assert r.tokens_per_s_per_gpu == pytest.approx(2048 * 4096 / 17.6 / 256)
     assert (r.config.tp, r.config.pp, r.config.dp, r.config.ep) == (2, 8, 16, 32)
-    assert r.expert_tensor_parallel == 1 and r.head_dim == 128
+    assert r.config.etp == 1 and r.model.head_dim == 128
     assert r.training.ep_comm_overlap is True
     assert r.config.recompute is Recompute.NONE  # "norm, act" recomputes no GEMM
     fsdp = runs["mcore_moezoo_qwen3_235b_bf16_256xh100_intranode_ep8_fsdp"]
@@ -116,12 +116,8 @@ def test_moe_zoo_runs_keep_their_expert_layout(runs) -> None:
     assert fsdp.training.ep_comm_overlap is False
 
 
-def test_requests_carry_etp_and_head_dim_when_the_schema_has_them() -> None:
-    r = next(x for x in load_megatron() if x.expert_tensor_parallel == 1)
+def test_requests_carry_etp_and_head_dim() -> None:
+    r = next(x for x in load_megatron() if x.model.moe and x.config.etp == 1)
     req = r.request()
-    cfg = req.config.model_dump()
-    assert cfg.get("etp", 1) == 1
-    if "head_dim" in req.model.model_dump():
-        assert req.model.head_dim == 128
-    else:
-        assert any("head_dim 128" in a for a in r.assumptions)
+    assert req.config.etp == 1 and req.config.tp == 2
+    assert req.model.head_dim == 128  # Qwen3: not hidden / heads = 64

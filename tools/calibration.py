@@ -92,9 +92,9 @@ def evaluate_run(
     run: CalibrationRun, constants: Constants | None = None, memory: bool = True
 ) -> RunResult:
     """Score one run with the cost model at its published layout (as Evaluate does)."""
-    A, H = resolve_model(run.model_spec()), resolve_cluster(run.cluster)
+    A, H = resolve_model(run.model), resolve_cluster(run.cluster)
     cm = CostModel(A, H, run.training, run.search, constants)
-    p = Point.from_config(run.parallel_config())
+    p = Point.from_config(run.config)
     perf = cm.performance(p)
     flops = A.model_flops_per_token(run.training.seq_len)
     pub_mfu = run.tokens_per_s_per_gpu * flops / H.peak_bf16

@@ -112,9 +112,9 @@ class Prepared:
 def prepare(runs: Sequence[CalibrationRun]) -> list[Prepared]:
     out = []
     for r in runs:
-        A, H = resolve_model(r.model_spec()), resolve_cluster(r.cluster)
+        A, H = resolve_model(r.model), resolve_cluster(r.cluster)
         cm = CostModel(A, H, r.training, r.search)
-        out.append(Prepared(r, cm, Point.from_config(r.parallel_config())))
+        out.append(Prepared(r, cm, Point.from_config(r.config)))
     return out
 
 

@@ -35,10 +35,13 @@ class Constants:
     # norms, activations and attention): "TE" is the reference, "TORCH" PyTorch-native stacks.
     kernel_eff: dict[str, float] = field(default_factory=lambda: {"TE": 1.0, "TORCH": 0.9})
     fp8_eff: float = 0.85  # FP8 GEMM rate / (FP8 peak x eta): tensor-core efficiency of FP8
-    # FlashAttention rate / the GPU's GEMM rate, per kernel family: Transformer Engine's fused
-    # attention (cuDNN, FlashAttention-3 class) and PyTorch SDPA (FlashAttention-2 class)
-    # reach ~75% and ~35-50% of the H100 peak forward (Shah et al. 2024, FlashAttention-3).
-    attn_eff: dict[str, float] = field(default_factory=lambda: {"TE": 0.65, "TORCH": 0.45})
+    # Causal attention's model FLOPs per second (forward + backward) / the GPU's GEMM rate, per
+    # kernel family. On H100 (Shah et al. 2024, FlashAttention-3, Fig. 5-6, head dim 128):
+    # FlashAttention-3 class (Transformer Engine's cuDNN attention) ~620 TFLOP/s forward, ~470
+    # backward; FlashAttention-2 (PyTorch SDPA) ~350 and ~280. The backward does 2.5x the
+    # forward's work (the model counts 2x), so fwd + bwd model FLOP/s are ~430 and ~250, against
+    # a GEMM rate of ~0.62 x 989: 0.70 and 0.41.
+    attn_eff: dict[str, float] = field(default_factory=lambda: {"TE": 0.70, "TORCH": 0.41})
     mem_exposed: float = 0.5  # share of GEMM operand and logit memory traffic not hidden
     eps_tp: float = 0.2  # exposed share of tp traffic when overlapped with the GEMMs
     eps_cp: float = 0.2  # exposed share of the ring K/V exchange when overlapped

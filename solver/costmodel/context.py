@@ -34,8 +34,8 @@ class Ctx:
     fragmentation: float
     recipe: Recipe = field(default_factory=lambda: Recipe(*STATE_BYTES[Precision.BF16]))
     framework: Framework = Framework.GENERIC  # the profile: rules, recipe, overlaps, kernels
-    overlaps: Overlaps | None = None  # the profile's overlaps with the request's switches
     fused_attention: bool = True  # no stored s x s attention scores (FlashAttention)
+    overlaps: Overlaps | None = None  # the profile's overlaps with the request's switches
 
     @property
     def profile(self) -> Profile:

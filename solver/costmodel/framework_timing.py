@@ -23,6 +23,8 @@ class FrameworkTiming:
     pp: bool  # pipeline sends overlapped with compute (only their latency is exposed)
     source: str
     ep_dedup: bool = False  # tokens dispatched once per remote node (DeepEP), not per expert
+    cp_ring: bool = True  # cp exchanges K,V hop by hop (each hop hides behind a block), else
+    # all-gathers them after the first block (only that block hides the exchange)
 
 
 ALL_STAGES = frozenset({0, 1, 2, 3})
@@ -55,9 +57,11 @@ FRAMEWORK_TIMING: dict[Framework, FrameworkTiming] = {
         source=(
             "pytorch/torchtitan @ b5bcd76: CompileConfig.enable_async_tensor_parallel = False "
             "(config/configs.py); FSDP2 fully_shard prefetches the next all-gather "
-            "(distributed/fsdp.py); context parallelism is ring attention "
-            "(context_parallel_load_balancer headtail)"
+            "(distributed/fsdp.py); context parallelism all-gathers the K,V shards after the "
+            "first sub-SDPA (@ 9dec370 config_manager.py: context_parallel_rotate_method "
+            "'allgather', PyTorch's default)"
         ),
+        cp_ring=False,
     ),
     Framework.DEEPSPEED: FrameworkTiming(
         kernels="TORCH",
@@ -106,6 +110,7 @@ class Overlaps:
     ep: bool
     pp: bool
     ep_dedup: bool = False
+    cp_ring: bool = True
 
 
 def overlaps_for(training: TrainingSpec) -> Overlaps:
@@ -124,4 +129,5 @@ def overlaps_for(training: TrainingSpec) -> Overlaps:
         ep=pick(training.ep_comm_overlap, f.ep),
         pp=f.pp,
         ep_dedup=pick(training.ep_dispatch_dedup, f.ep_dedup),
+        cp_ring=f.cp_ring,
     )

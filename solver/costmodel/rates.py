@@ -30,6 +30,10 @@ WEIGHT_TRAFFIC = 12
 # and output), about twice that backward: 30·h + 3·(activation input + output).
 ELEM_H = 30
 ELEM_ACT = 3
+# Unfused attention's passes over the a·s scores of a token: scale-mask-softmax and dropout
+# forward (write the scores, read them, write the probabilities, the mask and the dropped),
+# about as many backward.
+UNFUSED_SCORE_PASSES = 10
 BUCKET = 40_000_000  # dp bucket (elements): Megatron DDP max(4e7, 1e6·dp) (distributed/ddp)
 
 
@@ -110,8 +114,14 @@ class Rates:
         return self.F_expert / (lay.tp * self.rate_gemm)
 
     def attention(self, lay: Layout) -> float:
-        """Attention scores and values, timed with the causal halving (flash attention)."""
-        return self.F_attn * CAUSAL / (lay.tp * self.rate_attn)
+        """Attention scores and values, timed with the causal halving (flash attention); an
+        unfused attention (Megatron before FlashAttention, Dao et al. 2022) computes every
+        score as batched GEMMs and passes over them for the masked softmax and dropout."""
+        if self.c.fused_attention:
+            return self.F_attn * CAUSAL / (lay.tp * self.rate_attn)
+        A = self.c.A
+        passes = UNFUSED_SCORE_PASSES * A.a * self.c.s * ACT_BYTES / self.c.H.hbm_bw
+        return (self.F_attn / self.rate_bf16 + passes) / lay.tp
 
     def compute(self, lay: Layout) -> float:
         return self.gemm(lay) + self.expert_gemm(lay) + self.attention(lay) + self.elementwise(lay)
@@ -193,8 +203,10 @@ class Rates:
         hop = self.cp_hop(lay)
         if not self.ov.cp:
             return (C - 1) * hop
-        block = self.attention(lay) / C  # the attention of one block hides one hop
-        return (C - 1) * max(self.c.K.eps_cp * hop, hop - block)
+        block = self.attention(lay) / C  # the attention of one block
+        if self.ov.cp_ring:  # each hop hides behind one block
+            return (C - 1) * max(self.c.K.eps_cp * hop, hop - block)
+        return max(self.c.K.eps_cp * (C - 1) * hop, (C - 1) * hop - block)  # behind the first
 
     def cp_latency(self, lay: Layout) -> float:
         C = lay.cp

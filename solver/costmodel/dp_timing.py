@@ -1,0 +1,188 @@
+"""Data-parallel time: the dp/FSDP traffic by ZeRO stage, what hides it, the step latencies of
+its collectives, and the optimizer step (terms; see timing.py)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from meshplan.solver.costmodel.context import Ctx
+from meshplan.solver.costmodel.memory import _extras, _layer_params
+from meshplan.solver.costmodel.point import Layout
+from meshplan.solver.costmodel.rates import BUCKET, Rates, _etp
+from meshplan.solver.costmodel.terms import Term
+from meshplan.solver.costmodel.timing_axes import _Axes
+
+
+def optimizer_terms(c: Ctx, R: Rates, fx, stage, inv_bm) -> list[Term]:  # noqa: ANN001
+    """Adam step: read/write master, m, v, read grads, write weights, over the local shard."""
+    per_param = (2 * c.ob + c.gb + c.wb) / c.H.hbm_bw
+    shard = lambda lay, sh: lay.dp * lay.cp if sh else 1  # noqa: E731
+    z1 = lambda z: z >= 1  # noqa: E731
+    out = [
+        Term(
+            "optimizer",
+            lambda lay, sh: dp_params(c, lay)[0] / shard(lay, sh) * per_param * fx(lay),
+            sel="z",
+            key=z1,
+            pv=stage,
+            db=inv_bm,
+        ),
+        Term(
+            "optimizer",
+            lambda lay, sh: dp_params(c, lay)[2] / shard(lay, sh) * per_param * fx(lay),
+            sel="z",
+            key=z1,
+            db=inv_bm,
+        ),
+    ]
+    if c.A.is_moe:
+        out += [
+            Term(
+                "optimizer",
+                lambda lay, sh: 0.0 if sh else dp_params(c, lay)[1] * per_param * fx(lay),
+                sel="z",
+                key=z1,
+                pv=stage,
+                te=lambda te: Fraction(1, te[1] * _etp(te)),
+                db=inv_bm,
+            ),
+            Term(
+                "optimizer",
+                lambda lay, sh: (
+                    dp_params(c, lay)[1] / (lay.tp * lay.dp * lay.cp) * per_param * fx(lay)
+                    if sh
+                    else 0.0
+                ),
+                sel="z",
+                key=z1,
+                pv=stage,
+                db=inv_bm,
+            ),
+        ]
+    return out
+
+
+def dp_params(c: Ctx, lay: Layout) -> tuple[float, float, float]:
+    """(per-layer dense parameters on one GPU, per-layer expert parameters of all experts, extra
+    parameters on one GPU) of the heaviest stage; a GPU holds 1/(ep·etp) of the experts."""
+    dense, expert = _layer_params(c, lay)
+    extra = max(_extras(c, lay, "first"), _extras(c, lay, "last"))
+    return dense / lay.tp, expert, extra
+
+
+# Bytes per parameter moved per step by ZeRO stage, and whether it recurs per micro-batch:
+# 0: all-reduce grads once; 1: reduce-scatter grads + all-gather weights once; 2: reduce-scatter
+# every micro-batch + all-gather once; 3: all-gather weights forward and backward + reduce-scatter
+# grads every micro-batch (Rajbhandari et al. 2020, §5; PyTorch FSDP). A recipe that accumulates
+# unsharded (FSDP2 without sync, KempnerForge) reduce-scatters its fp32 grads once per step.
+def _dp_volume(c: Ctx, z: int) -> tuple[float, float]:
+    """(bytes per parameter once per step, bytes per parameter per micro-batch)."""
+    if z == 3 and c.recipe.reduce_bytes:
+        return float(c.recipe.reduce_bytes), float(2 * c.wb)
+    return {
+        0: (2.0 * c.gb, 0.0),
+        1: (float(c.gb + c.wb), 0.0),
+        2: (float(c.wb), float(c.gb)),
+        3: (0.0, float(2 * c.wb + c.gb)),
+    }[z]
+
+
+def _dp_latency(c: Ctx, R: Rates, z: int, x: _Axes) -> list[Term]:
+    """Step latencies of the dp collectives: per layer per micro-batch under ZeRO-3 (FSDP
+    gathers each layer forward and backward and reduce-scatters it), else per bucket."""
+    fx = x.fx
+
+    def ring(lay: Layout) -> float:
+        n = lay.dp * lay.cp
+        return 0.0 if n == 1 else R.ring_latency(n, lay.tp * lay.cp * lay.dp)
+
+    def buckets(params: float, lay: Layout) -> float:
+        return params / max(BUCKET, 1_000_000 * lay.dp * lay.cp)
+
+    if z == 3:
+        per_mb, once = (2, 1) if c.recipe.reduce_bytes else (3, 0)
+        out = [Term("dp_comm", lambda lay, _: per_mb * ring(lay) * fx(lay), pv=x.stage, db=x.inv_b)]
+        if once:
+            out.append(Term("dp_comm", lambda lay, _: ring(lay) * fx(lay), pv=x.stage, db=x.inv_bm))
+        return out
+
+    def coll(lay: Layout) -> float:
+        if z == 0:
+            n = lay.dp * lay.cp
+            return 0.0 if n == 1 else R.allreduce_latency(n, lay.tp * lay.cp * lay.dp)
+        return 2 * ring(lay)
+
+    layer = lambda lay, _: buckets(dp_params(c, lay)[0], lay) * coll(lay) * fx(lay)  # noqa: E731
+    rest = lambda lay, _: (buckets(dp_params(c, lay)[2], lay) + 1) * coll(lay) * fx(lay)  # noqa: E731
+    db = x.inv_b if z == 2 else x.inv_bm  # ZeRO-2 reduce-scatters every micro-batch
+    return [Term("dp_comm", layer, pv=x.stage, db=db), Term("dp_comm", rest, db=db)]
+
+
+def dp_terms(c: Ctx, R: Rates, z: int) -> tuple[list[Term], list[Term]]:
+    """(comm, credit) terms per token for ZeRO stage z: exposed = max(0, comm − credit)."""
+    A, K, x = c.A, c.K, _Axes(c)
+    inv_group = lambda te: Fraction(1, te[1] * _etp(te))  # noqa: E731
+    fx, pt = x.fx, x.pt
+
+    def coef(lay: Layout, nb: float) -> float:
+        g = lay.dp * lay.cp
+        return 0.0 if g == 1 else nb * (g - 1) / g / R.group_bw(g, lay.tp) * fx(lay)
+
+    # Expert-data-parallel group tp·cp·dp/(ep·etp): a ring moves (1/(ep·etp) − 1/(tp·cp·dp)) of
+    # the experts' parameters per GPU (Megatron-Core MoE parallel folding).
+    def coef_exp(lay: Layout, nb: float) -> float:
+        g = lay.dp * lay.cp
+        return 0.0 if g == 1 else nb / R.group_bw(g, lay.tp) * fx(lay)
+
+    once, per_mb = _dp_volume(c, z)
+    comm: list[Term] = []
+    credit: list[Term] = []
+    for nb, dbf in ((once, x.inv_bm), (per_mb, x.inv_b)):
+        if nb == 0:
+            continue
+        comm.append(
+            Term(
+                "dp_comm",
+                lambda lay, _, nb=nb: dp_params(c, lay)[0] * coef(lay, nb),
+                pv=x.stage,
+                db=dbf,
+            )
+        )
+        comm.append(
+            Term("dp_comm", lambda lay, _, nb=nb: dp_params(c, lay)[2] * coef(lay, nb), db=dbf)
+        )
+        if A.is_moe:
+            comm.append(
+                Term(
+                    "dp_comm",
+                    lambda lay, _, nb=nb: dp_params(c, lay)[1] * coef_exp(lay, nb),
+                    pv=x.stage,
+                    te=inv_group,
+                    db=dbf,
+                )
+            )
+            credit.append(
+                Term(
+                    "dp_comm",
+                    lambda lay, _, nb=nb: (
+                        dp_params(c, lay)[1] * coef_exp(lay, nb) / (lay.tp * lay.dp * lay.cp)
+                    ),
+                    pv=x.stage,
+                    db=dbf,
+                )
+            )
+    comm += _dp_latency(c, R, z, x)
+    if z not in R.ov.dp_stages:
+        return comm, credit
+    # What hides it (Megatron --overlap-grad-reduce / --overlap-param-gather, FSDP prefetch):
+    # the last micro-batch's backward (z0), and the next step's first forward (z1), every
+    # backward (z2), every forward and backward (z3), at overlap efficiency omega.
+    share = K.omega * {0: 2.0 / 3.0, 1: 1.0, 2: 2.0 / 3.0, 3: 1.0}[z]
+    tok_db, fix_db = (x.inv_m, x.inv_bm) if z <= 1 else (None, x.inv_b)
+    credit.append(
+        Term("dp_credit", lambda lay, _: share * R.layer(lay) * pt(lay), pv=x.stage, db=tok_db)
+    )
+    credit.append(
+        Term("dp_credit", lambda lay, _: share * sum(R.fixed(lay)) * fx(lay), pv=x.stage, db=fix_db)
+    )
+    return comm, credit

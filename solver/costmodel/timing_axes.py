@@ -1,0 +1,54 @@
+"""What the time terms share: the per-token normalisation and the factors over the composite
+axes (one function object each, so that terms with equal factors share one start table)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from meshplan.solver.costmodel.context import Ctx, n_chunk, n_stage
+from meshplan.solver.costmodel.point import Layout
+from meshplan.solver.costmodel.terms import Term
+
+
+def _per_token(c: Ctx, lay: Layout) -> float:
+    """Seconds per token-in-micro-batch -> seconds per token of the step: s/cp tokens / (dp·s)."""
+    return (c.s / lay.cp) / (lay.dp * c.s)
+
+
+def _ratio(x: float) -> Fraction:
+    """A float factor as a dyadic rational with a 20-bit numerator (relative error < 1e-6), so
+    that numerator × the integer it multiplies stays far inside CP-SAT's 62-bit range."""
+    if x <= 0:
+        return Fraction(0)
+    shift = 20 - math.frexp(x)[1]
+    return (
+        Fraction(round(x * 2**shift), 1) if shift <= 0 else Fraction(round(x * 2**shift), 2**shift)
+    )
+
+
+class _Axes:
+    """The factors terms share (one function object each, so terms with equal factors group)."""
+
+    def __init__(self, c: Ctx) -> None:
+        L = c.A.L
+        self.stage = lambda pv: n_stage(L, pv[0], pv[1])
+        self.bub = lambda pv: Fraction((pv[0] - 1) * n_chunk(L, pv[0], pv[1]))
+        self.chunks = lambda pv: Fraction(pv[1])
+        self.hops = lambda pv: Fraction(pv[0] - 1)
+        self.inv_b = lambda db: Fraction(1, db[1])
+        self.inv_m = lambda db: Fraction(1, db[2])
+        self.inv_bm = lambda db: Fraction(1, db[1] * db[2])
+        self.pt = lambda lay: _per_token(c, lay)
+        self.fx = lambda lay: 1.0 / (lay.dp * c.s)  # per micro-batch -> per step token
+
+
+def _tp_only(lay_tp: int) -> Layout:
+    return Layout(lay_tp, 1, 1, 1, lay_tp, lay_tp > 1)
+
+
+def _pair(terms: list[Term], name: str, start, x: _Axes, per_token: bool, **kw) -> None:  # noqa: ANN001
+    """A per-layer item on the stage's layers, and its share of the pipeline bubble."""
+    db, bub_db = (None, x.inv_m) if per_token else (x.inv_b, x.inv_bm)
+    terms.append(Term(name, start, pv=x.stage, db=db, **kw))
+    terms.append(Term("bubble", start, pv=x.bub, db=bub_db, **kw))
