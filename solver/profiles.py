@@ -16,6 +16,7 @@ from types import MappingProxyType
 from meshplan.solver.schema import Framework, Precision
 
 ACT_BYTES = 2  # bf16 activations and collectives
+ALL_STAGES = frozenset({0, 1, 2, 3})  # ZeRO stages
 LOGIT_BYTES = 12  # non-fused cross-entropy on .float() logits (see TORCHTITAN below)
 
 # The code read for each profile (repository @ commit: files).
@@ -83,6 +84,28 @@ class Recipe:
 
 
 @dataclass(frozen=True)
+class FrameworkTiming:
+    """What a framework overlaps by default and whose kernels it runs (the time model reads it;
+    a request's `training.*_comm_overlap` switch overrides an entry). Defaults are what the
+    framework's own published performance recipes run, with the code default noted where it
+    differs."""
+
+    kernels: str  # kernel family: "TE" (fused, Transformer Engine) or "TORCH" (PyTorch-native)
+    tp: bool  # tp collectives overlapped with the GEMMs
+    dp_stages: frozenset[int]  # ZeRO stages whose dp/FSDP traffic is overlapped with compute
+    cp: bool  # ring K/V exchange overlapped with the attention blocks
+    ep: bool  # expert all-to-all overlapped with another micro-batch's compute
+    pp: bool  # pipeline sends overlapped with compute (only their latency is exposed)
+    source: str
+    ep_dedup: bool = False  # tokens dispatched once per remote node (DeepEP), not per expert
+    cp_ring: bool = True  # cp exchanges K,V hop by hop (each hop hides behind a block), else
+    # all-gathers them after the first block (only that block hides the exchange)
+
+
+ALL_STAGES = frozenset({0, 1, 2, 3})
+
+
+@dataclass(frozen=True)
 class Profile:
     """One framework: the layouts it can express, its memory recipe, its export."""
 
@@ -107,8 +130,7 @@ class Profile:
     bf16: Recipe
     fp8_recipe: Recipe
     export: str  # tools.export kind
-    timing_key: str  # key of this framework's fitted efficiency constants (constants.py)
-    timing: object | None = None  # per-framework timing facts, wired in with the fitted constants
+    timing: FrameworkTiming  # what it overlaps and whose kernels it runs (the time model)
 
     @property
     def source(self) -> str:
@@ -186,7 +208,23 @@ MEGATRON = Profile(
         1, 4, 12, fp8_weight_cache=1, extra_weights=2, logits=6, activations="megatron"
     ),
     export="megatron",
-    timing_key="MEGATRON",
+    timing=FrameworkTiming(
+        kernels="TE",
+        tp=True,
+        dp_stages=ALL_STAGES,
+        cp=True,
+        ep=False,
+        pp=True,
+        source=(
+            "NVIDIA/Megatron-LM @ d98e8a6: --tp-comm-overlap (ModelParallelConfig.tp_comm_overlap, "
+            "code default False), --overlap-grad-reduce / --overlap-param-gather (arguments.py, "
+            "default False) are on in Megatron-Core's own scaling runs (README @ 937571c) and "
+            "NeMo's performance recipes (llm/recipes/llama3_70b.py @ 8e3d65d); "
+            "--no-overlap-p2p-communication is store_false (p2p overlap on); --cp-comm-type "
+            "p2p (ring, Transformer Engine overlaps each hop with a block); "
+            "overlap_moe_expert_parallel_comm default False"
+        ),
+    ),
 )
 
 # torchtitan keeps FSDP2's sharded fp32 parameters and Adam moments, reduces gradients in fp32
@@ -223,7 +261,22 @@ TORCHTITAN = Profile(
     bf16=_TORCHTITAN,
     fp8_recipe=_TORCHTITAN,
     export="torchtitan",
-    timing_key="TORCHTITAN",
+    timing=FrameworkTiming(
+        kernels="TORCH",
+        tp=False,
+        dp_stages=ALL_STAGES,
+        cp=True,
+        ep=False,
+        pp=False,
+        source=(
+            "pytorch/torchtitan @ b5bcd76: CompileConfig.enable_async_tensor_parallel = False "
+            "(config/configs.py); FSDP2 fully_shard prefetches the next all-gather "
+            "(distributed/fsdp.py); context parallelism all-gathers the K,V shards after the "
+            "first sub-SDPA (@ 9dec370 config_manager.py: context_parallel_rotate_method "
+            "'allgather', PyTorch's default)"
+        ),
+        cp_ring=False,
+    ),
 )
 
 # Megatron-DeepSpeed under DeepSpeed ZeRO: bf16 weights and gradients, fp32 master and moments
@@ -257,7 +310,18 @@ DEEPSPEED = Profile(
     bf16=_DEEPSPEED,
     fp8_recipe=_DEEPSPEED,
     export="deepspeed",
-    timing_key="DEEPSPEED",
+    timing=FrameworkTiming(
+        kernels="TORCH",
+        tp=False,
+        dp_stages=frozenset({3}),
+        cp=False,
+        ep=False,
+        pp=False,
+        source=(
+            "microsoft/DeepSpeed @ 38327e0: zero/config.py overlap_comm defaults to "
+            "stage == 3; Megatron-DeepSpeed tp has no comm overlap"
+        ),
+    ),
 )
 
 # KempnerForge (seed 001; solver/catalog/NOTES.md §4):
@@ -316,7 +380,19 @@ KEMPNERFORGE = Profile(
     bf16=_KEMPNERFORGE,
     fp8_recipe=_KEMPNERFORGE,  # Float8Linear converts the matmuls only
     export="kempnerforge",
-    timing_key="KEMPNERFORGE",
+    timing=FrameworkTiming(
+        kernels="TORCH",
+        tp=False,
+        dp_stages=ALL_STAGES,
+        cp=False,
+        ep=False,
+        pp=False,
+        source=(
+            "KempnerInstitute/KempnerForge @ 5666d0d: DTensor SequenceParallel tp without async "
+            "TP (distributed/tensor_parallel.py; seed 001: 'TP fires all-gather/reduce-scatter "
+            "on every matmul'); FSDP2 fully_shard (distributed/parallel.py)"
+        ),
+    ),
 )
 
 # The textbook profile: every layout the planner's axes can describe, seed 002's recipes.
@@ -342,7 +418,15 @@ GENERIC = Profile(
     bf16=Recipe(2, 2, 12),
     fp8_recipe=Recipe(1, 2, 6),
     export="megatron",
-    timing_key="GENERIC",
+    timing=FrameworkTiming(
+        kernels="TE",
+        tp=False,
+        dp_stages=ALL_STAGES,
+        cp=True,
+        ep=False,
+        pp=False,
+        source="textbook (seeds 003, 004): fused kernels, tp traffic exposed, dp overlapped",
+    ),
 )
 
 PROFILES: Mapping[Framework, Profile] = MappingProxyType(

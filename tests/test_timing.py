@@ -1,4 +1,4 @@
-"""The time model's physics (solver/costmodel/rates.py, timing.py, framework_timing.py): causal
+"""The time model's physics (solver/costmodel/rates.py, timing.py; the overlaps of solver/profiles.py): causal
 halving, FP8 against BF16 on identical layouts, expert all-to-all by placement, latencies that
 grow with the group, and the overlaps each framework runs."""
 
@@ -9,9 +9,10 @@ import pytest
 from meshplan.solver import EvaluateRequest, evaluate
 from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel import CostModel, Layout, Point
-from meshplan.solver.costmodel.framework_timing import FRAMEWORK_TIMING, overlaps_for
+from meshplan.solver.costmodel.framework_timing import overlaps_for
 from meshplan.solver.costmodel.rates import CAUSAL, Rates
 from meshplan.solver.hardware import resolve_cluster
+from meshplan.solver.profiles import PROFILES
 from meshplan.solver.schema import (
     ClusterSpec,
     Framework,
@@ -143,11 +144,11 @@ def test_fsdp_slows_down_as_the_group_grows() -> None:
 
 
 def test_framework_table_and_request_switches() -> None:
-    assert FRAMEWORK_TIMING[Framework.MEGATRON].tp
-    assert not FRAMEWORK_TIMING[Framework.TORCHTITAN].tp  # async TP off by default
-    assert not FRAMEWORK_TIMING[Framework.KEMPNERFORGE].tp
-    assert FRAMEWORK_TIMING[Framework.DEEPSPEED].dp_stages == frozenset({3})
-    assert all(f.source for f in FRAMEWORK_TIMING.values())
+    assert PROFILES[Framework.MEGATRON].timing.tp
+    assert not PROFILES[Framework.TORCHTITAN].timing.tp  # async TP off by default
+    assert not PROFILES[Framework.KEMPNERFORGE].timing.tp
+    assert PROFILES[Framework.DEEPSPEED].timing.dp_stages == frozenset({3})
+    assert all(p.timing.source for p in PROFILES.values())
     assert (
         overlaps_for(TrainingSpec(framework=Framework.MEGATRON, tp_comm_overlap=False)).tp is False
     )

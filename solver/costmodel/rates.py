@@ -14,8 +14,9 @@ import math
 from functools import cached_property
 
 from meshplan.solver.costmodel.context import ACT_BYTES, Ctx
-from meshplan.solver.costmodel.framework_timing import FRAMEWORK_TIMING, overlaps_for
+from meshplan.solver.costmodel.framework_timing import overlaps_for
 from meshplan.solver.costmodel.point import Layout
+from meshplan.solver.profiles import profile_of
 from meshplan.solver.schema import Precision, TrainingSpec
 
 CAUSAL = 0.5  # FlashAttention skips masked blocks: causal attention does half the work (Dao 2022)
@@ -48,7 +49,7 @@ class Rates:
         self.c = c
         A, H, K = c.A, c.H, c.K
         self.ov = c.overlaps or overlaps_for(TrainingSpec(framework=c.framework))
-        family = FRAMEWORK_TIMING[c.framework].kernels
+        family = profile_of(c.framework).timing.kernels
         kernels = K.kernels(family)
         eta = K.gpu_eta(H.name, H.family)
         self.rate_bf16 = H.peak_bf16 * eta * kernels  # FLOP/s of a large BF16 GEMM
