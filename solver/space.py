@@ -9,11 +9,13 @@ expert group and ZeRO stage) are given by `Space.compatible`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from math import gcd
 
 from meshplan.solver.arch import Arch
 from meshplan.solver.batch_size import batch_choice
 from meshplan.solver.costmodel import CostModel, Layout, Point
+from meshplan.solver.costmodel.point import Rows
 from meshplan.solver.hardware import Hardware
 from meshplan.solver.profiles import Profile, profile_of
 from meshplan.solver.rules import (
@@ -124,6 +126,11 @@ class Space:
     @property
     def profile(self) -> Profile:
         return profile_of(self.training.framework)
+
+    @cached_property
+    def rows(self) -> Rows:
+        """The layout rows as arrays, where the cost model's start tables are computed."""
+        return Rows.of(self.layouts)
 
     # -- per-axis domains ------------------------------------------------------------------
     def tp_values(self) -> list[int]:

@@ -28,37 +28,38 @@ recomputation keeps the layer input (2·h, a sequence shard with sequence parall
 
 from __future__ import annotations
 
+import numpy as np
+
 from meshplan.solver.costmodel.context import ACT_BYTES, Ctx
-from meshplan.solver.costmodel.point import Layout
+from meshplan.solver.costmodel.point import LayoutOrRows, maximum, pick
 from meshplan.solver.schema import Recompute
 
 SEED002_ELEMENTS = 12  # activation elements per token per layer, in units of h (seed 002)
 TEXTBOOK = ("seed002", "korthikanti")
 
 
-def per_token(c: Ctx, lay: Layout, r: Recompute) -> float:
+def per_token(c: Ctx, lay: LayoutOrRows, r: Recompute) -> np.ndarray:
     """Activation bytes per token per layer on one GPU: the mean over layers with pp = 1, the
     heavier of a dense and an MoE layer otherwise (a stage may hold either)."""
     A = c.A
     if r is Recompute.FULL:
-        return 2.0 * A.h / (lay.tp if lay.sp else 1)  # the layer input checkpoint only
+        return 2.0 * A.h / _sp(lay)  # the layer input checkpoint only
     dense = _layer(c, lay, r, A.f, 0)
     if not A.is_moe:
         return dense
     moe = _layer(c, lay, r, A.fe * (A.top_k + A.shared), A.top_k)
-    if lay.pp == 1:
-        return (A.n_dense_layers * dense + A.n_moe_layers * moe) / A.L
-    return max(dense, moe)
+    mean = (A.n_dense_layers * dense + A.n_moe_layers * moe) / A.L
+    return pick(lay.pp == 1, mean, maximum(dense, moe))
 
 
-def block(c: Ctx, lay: Layout) -> float:
+def block(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     """What the one block being recomputed under full recomputation holds, per token: all its
     activations (the textbook forms: their selective-recompute total, as calibrated)."""
     textbook = c.recipe.activations in TEXTBOOK
     return per_token(c, lay, Recompute.SELECTIVE if textbook else Recompute.NONE)
 
 
-def _layer(c: Ctx, lay: Layout, r: Recompute, width: int, routed: int) -> float:
+def _layer(c: Ctx, lay: LayoutOrRows, r: Recompute, width: int, routed: int) -> np.ndarray:
     """One layer whose MLP has `width` intermediate channels per token (all experts a token
     visits) and dispatches `routed` copies of each token (MoE)."""
     form = c.recipe.activations
@@ -85,12 +86,12 @@ def _layer(c: Ctx, lay: Layout, r: Recompute, width: int, routed: int) -> float:
     return (4.0 * h) / _sp(lay) + 4.0 * h + split / T  # the gathered linear inputs: whole
 
 
-def _sp(lay: Layout) -> int:
+def _sp(lay: LayoutOrRows) -> np.ndarray:
     """Divisor of the tensors sequence parallelism shards."""
-    return lay.tp if lay.sp else 1
+    return pick(lay.sp, lay.tp, 1)
 
 
-def _textbook(c: Ctx, lay: Layout, r: Recompute, width: int, routed: int) -> float:
+def _textbook(c: Ctx, lay: LayoutOrRows, r: Recompute, width: int, routed: int) -> np.ndarray:
     """seed 002's total (or Korthikanti's) with Korthikanti's split over tp."""
     A, T = c.A, lay.tp
     unfused = r is Recompute.NONE and not c.fused_attention
@@ -108,4 +109,4 @@ def _textbook(c: Ctx, lay: Layout, r: Recompute, width: int, routed: int) -> flo
         scale = SEED002_ELEMENTS * ACT_BYTES * A.h / korthikanti(gate * A.f)
     mlp = gate * width + (2.0 * routed * A.h if routed else 0.0)
     par = scale * (korthikanti(mlp) - nonpar) + score
-    return (scale * nonpar + par) / T if lay.sp else scale * nonpar + par / T
+    return pick(lay.sp, (scale * nonpar + par) / T, scale * nonpar + par / T)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import numpy as np
+
 from meshplan.solver.costmodel.context import Ctx
 from meshplan.solver.costmodel.memory import _extras, _layer_params
-from meshplan.solver.costmodel.point import Layout
+from meshplan.solver.costmodel.point import LayoutOrRows, maximum, pick
 from meshplan.solver.costmodel.rates import BUCKET, Rates, _etp
 from meshplan.solver.costmodel.terms import Term
 from meshplan.solver.costmodel.timing_axes import _Axes
@@ -62,11 +64,11 @@ def optimizer_terms(c: Ctx, R: Rates, fx, stage, inv_bm) -> list[Term]:  # noqa:
     return out
 
 
-def dp_params(c: Ctx, lay: Layout) -> tuple[float, float, float]:
+def dp_params(c: Ctx, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(per-layer dense parameters on one GPU, per-layer expert parameters of all experts, extra
     parameters on one GPU) of the heaviest stage; a GPU holds 1/(ep·etp) of the experts."""
     dense, expert = _layer_params(c, lay)
-    extra = max(_extras(c, lay, "first"), _extras(c, lay, "last"))
+    extra = maximum(_extras(c, lay, "first"), _extras(c, lay, "last"))
     return dense / lay.tp, expert, extra
 
 
@@ -92,12 +94,12 @@ def _dp_latency(c: Ctx, R: Rates, z: int, x: _Axes) -> list[Term]:
     gathers each layer forward and backward and reduce-scatters it), else per bucket."""
     fx = x.fx
 
-    def ring(lay: Layout) -> float:
+    def ring(lay: LayoutOrRows) -> np.ndarray:
         n = lay.dp * lay.cp
-        return 0.0 if n == 1 else R.ring_latency(n, lay.tp * lay.cp * lay.dp)
+        return pick(n == 1, 0.0, R.ring_latency(n, lay.tp * lay.cp * lay.dp))
 
-    def buckets(params: float, lay: Layout) -> float:
-        return params / max(BUCKET, 1_000_000 * lay.dp * lay.cp)
+    def buckets(params: np.ndarray, lay: LayoutOrRows) -> np.ndarray:
+        return params / maximum(BUCKET, 1_000_000 * lay.dp * lay.cp)
 
     if z == 3:
         per_mb, once = (2, 1) if c.recipe.reduce_bytes else (3, 0)
@@ -106,10 +108,10 @@ def _dp_latency(c: Ctx, R: Rates, z: int, x: _Axes) -> list[Term]:
             out.append(Term("dp_comm", lambda lay, _: ring(lay) * fx(lay), pv=x.stage, db=x.inv_bm))
         return out
 
-    def coll(lay: Layout) -> float:
+    def coll(lay: LayoutOrRows) -> np.ndarray:
         if z == 0:
             n = lay.dp * lay.cp
-            return 0.0 if n == 1 else R.allreduce_latency(n, lay.tp * lay.cp * lay.dp)
+            return pick(n == 1, 0.0, R.allreduce_latency(n, lay.tp * lay.cp * lay.dp))
         return 2 * ring(lay)
 
     layer = lambda lay, _: buckets(dp_params(c, lay)[0], lay) * coll(lay) * fx(lay)  # noqa: E731
@@ -124,15 +126,15 @@ def dp_terms(c: Ctx, R: Rates, z: int) -> tuple[list[Term], list[Term]]:
     inv_group = lambda te: Fraction(1, te[1] * _etp(te))  # noqa: E731
     fx, pt = x.fx, x.pt
 
-    def coef(lay: Layout, nb: float) -> float:
+    def coef(lay: LayoutOrRows, nb: float) -> np.ndarray:
         g = lay.dp * lay.cp
-        return 0.0 if g == 1 else nb * (g - 1) / g / R.group_bw(g, lay.tp) * fx(lay)
+        return pick(g == 1, 0.0, nb * (g - 1) / g / R.group_bw(g, lay.tp) * fx(lay))
 
     # Expert-data-parallel group tp·cp·dp/(ep·etp): a ring moves (1/(ep·etp) − 1/(tp·cp·dp)) of
     # the experts' parameters per GPU (Megatron-Core MoE parallel folding).
-    def coef_exp(lay: Layout, nb: float) -> float:
+    def coef_exp(lay: LayoutOrRows, nb: float) -> np.ndarray:
         g = lay.dp * lay.cp
-        return 0.0 if g == 1 else nb / R.group_bw(g, lay.tp) * fx(lay)
+        return pick(g == 1, 0.0, nb / R.group_bw(g, lay.tp) * fx(lay))
 
     once, per_mb = _dp_volume(c, z)
     comm: list[Term] = []

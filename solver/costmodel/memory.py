@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import numpy as np
+
 from meshplan.solver.costmodel import activations
 from meshplan.solver.costmodel.context import ACT_BYTES, Ctx, n_chunk, n_stage
-from meshplan.solver.costmodel.point import Layout
+from meshplan.solver.costmodel.point import LayoutOrRows, pick
 from meshplan.solver.costmodel.terms import Term
 from meshplan.solver.schema import Recompute
 
@@ -24,30 +26,32 @@ TENANTS = ("weights", "gradients", "optimizer", "activations")
 DTENSOR_HEAD = ("torchtitan", "kempnerforge")  # loss parallelism all-gathers the head's input
 
 
-def _layer_params(c: Ctx, lay: Layout) -> tuple[float, float]:
+def _layer_params(c: Ctx, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray]:
     """(tp-sharded, expert) parameters of one layer on the heaviest stage: mean if pp=1."""
     A = c.A
-    if lay.pp == 1:
-        dense = A.n_dense_layers * A.dense_layer_params + A.n_moe_layers * A.moe_layer_dense_params
-        return dense / A.L, A.n_moe_layers * A.moe_layer_expert_params / A.L
+    dense = A.n_dense_layers * A.dense_layer_params + A.n_moe_layers * A.moe_layer_dense_params
+    mean = (dense / A.L, A.n_moe_layers * A.moe_layer_expert_params / A.L)
     if not A.is_moe:
-        return float(A.dense_layer_params), 0.0
-    return float(max(A.dense_layer_params, A.moe_layer_dense_params)), float(
-        A.moe_layer_expert_params
-    )
+        heaviest = (float(A.dense_layer_params), 0.0)
+    else:
+        heaviest = (
+            float(max(A.dense_layer_params, A.moe_layer_dense_params)),
+            float(A.moe_layer_expert_params),
+        )
+    one = lay.pp == 1
+    return pick(one, mean[0], heaviest[0]), pick(one, mean[1], heaviest[1])
 
 
-def _extras(c: Ctx, lay: Layout, stage: str) -> float:
+def _extras(c: Ctx, lay: LayoutOrRows, stage: str) -> np.ndarray:
     """Embedding (first stage) and output layer + final norm (last stage), parameters per GPU.
 
     The output layer is column-parallel over tp; the embedding is vocab-parallel unless the
     recipe replicates it (KempnerForge)."""
     A = c.A
+    one = lay.pp == 1
     embed = A.embed_params / (lay.tp if c.recipe.vocab_parallel else 1)
-    head = (A.h if (A.tied and lay.pp == 1) else A.V * A.h + A.h) / lay.tp
-    if lay.pp == 1:
-        return embed + head
-    return embed if stage == "first" else head
+    head = pick(A.tied & one, A.h, A.V * A.h + A.h) / lay.tp
+    return pick(one, embed + head, embed if stage == "first" else head)
 
 
 def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]]]:
@@ -65,12 +69,12 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         # FSDP2 keeps the fp32 master as the sharded parameter: no sharded compute copy.
         keep = 0.0 if (tenant == "weights" and rc.sharded_master_only) else 1.0
 
-        def dense(lay: Layout, sh: bool, nb=nbytes, keep=keep) -> float:
+        def dense(lay: LayoutOrRows, sh: bool, nb=nbytes, keep=keep) -> np.ndarray:
             return dense_tp(lay) * nb * (keep / (lay.dp * lay.cp) if sh else 1)
 
         enb = rc.extra_weights if (tenant == "weights" and rc.extra_weights) else nbytes
 
-        def extra(lay: Layout, sh: bool, nb=enb, keep=keep) -> float:
+        def extra(lay: LayoutOrRows, sh: bool, nb=enb, keep=keep) -> np.ndarray:
             return _extras(c, lay, stage) * nb * (keep / (lay.dp * lay.cp) if sh else 1)
 
         terms.append(Term(tenant, dense, sel="z", key=key, pv=pv_stage))
@@ -78,10 +82,10 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         if A.is_moe:
             # Expert state: el/(ep·etp) per GPU; sharded over the expert-data-parallel group
             # tp·cp·dp/(ep·etp), that is el/(tp·cp·dp) whatever ep and etp are.
-            def exp_full(lay: Layout, sh: bool, nb=nbytes) -> float:
+            def exp_full(lay: LayoutOrRows, sh: bool, nb=nbytes) -> np.ndarray | float:
                 return 0.0 if sh else expert(lay) * nb
 
-            def exp_shard(lay: Layout, sh: bool, nb=nbytes, keep=keep) -> float:
+            def exp_shard(lay: LayoutOrRows, sh: bool, nb=nbytes, keep=keep) -> np.ndarray | float:
                 return expert(lay) / (lay.tp * lay.dp * lay.cp) * nb * keep if sh else 0.0
 
             terms.append(Term(tenant, exp_full, sel="z", key=key, pv=pv_stage, te=inv_group))
@@ -125,7 +129,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     z3 = lambda z: z >= 3  # noqa: E731
     g = 2 * c.wb + c.gb
 
-    def gathered(lay: Layout, on: bool) -> float:
+    def gathered(lay: LayoutOrRows, on: bool) -> np.ndarray | float:
         root = (rc.extra_weights or c.wb) * _extras(c, lay, stage) if rc.root_gather else 0.0
         return g * dense_tp(lay) + root if on else 0.0
 
@@ -142,24 +146,24 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         )
 
     # Activations.
-    def act(lay: Layout, r: Recompute) -> float:
+    def act(lay: LayoutOrRows, r: Recompute) -> np.ndarray:
         return c.s / lay.cp * activations.per_token(c, lay, r)
 
-    def transient(lay: Layout, r: Recompute) -> float:
+    def transient(lay: LayoutOrRows, r: Recompute) -> np.ndarray | float:
         # Full recomputation: the block being back-propagated holds its recomputed activations
         # and their gradients, about as large (Korthikanti §5 keeps one block's worth).
         if r is not Recompute.FULL:
             return 0.0
         return 2 * c.s / lay.cp * activations.block(c, lay)
 
-    def logits(lay: Layout, _: object) -> float:
-        if stage == "first" and lay.pp > 1:
-            return 0.0
+    def logits(lay: LayoutOrRows, _: object) -> np.ndarray:
         vocab = A.V / (lay.tp if rc.vocab_parallel else 1)
         out = vocab * rc.logits
-        if rc.activations in DTENSOR_HEAD and lay.tp > 1:
-            out += ACT_BYTES * A.h  # the output layer's input, gathered whole on every tp rank
-        return c.s / lay.cp * out
+        if rc.activations in DTENSOR_HEAD:
+            # the output layer's input, gathered whole on every tp rank
+            out = pick(lay.tp > 1, out + ACT_BYTES * A.h, out)
+        held = c.s / lay.cp * out
+        return pick(lay.pp > 1, 0.0, held) if stage == "first" else held
 
     mb = lambda db: Fraction(db[1])  # noqa: E731
     terms.append(Term("activations", transient, sel="r", db=mb))

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
+
+import numpy as np
 
 from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel.constants import Constants, load_constants
 from meshplan.solver.costmodel.context import Ctx, Recipe, recipe_for, reserve_default
 from meshplan.solver.costmodel.framework_timing import overlaps_for
 from meshplan.solver.costmodel.memory import TENANTS, memory_terms
-from meshplan.solver.costmodel.point import Point
-from meshplan.solver.costmodel.terms import Compiled
+from meshplan.solver.costmodel.point import Layout, Point, Rows
+from meshplan.solver.costmodel.terms import Compiled, Fractions, Points
 from meshplan.solver.costmodel.timing import Rates, dp_terms, objective_terms
 from meshplan.solver.hardware import Hardware
 from meshplan.solver.results import MemoryBill, Performance, TimeBreakdown
@@ -33,6 +37,7 @@ COMPONENTS = (
     "bubble",
     "optimizer",
 )
+ONE_ROW_CACHE = 256  # single layouts whose start tables a CostModel keeps (evaluate, oracle)
 
 
 @dataclass
@@ -42,7 +47,11 @@ class StageMemory:
 
 
 class CostModel:
-    """Memory and time of any point for one request (model, cluster, training, reserve)."""
+    """Memory and time of any point for one request (model, cluster, training, reserve).
+
+    Every score reads the terms' start tables over `Rows` (point.py): a space's rows, all at
+    once, or one layout's own one-row table (kept in a small LRU). Methods of a single point
+    take the rows its layout is row i of (default: its own one-row table)."""
 
     def __init__(
         self,
@@ -69,25 +78,32 @@ class CostModel:
             fused_attention=training.fused_attention,
         )
         self.rates = Rates(self.ctx)
+        self.fracs = Fractions()  # factor values, shared by every compiled sum
+        self._one: OrderedDict[Layout, Rows] = OrderedDict()
+        self._lock = threading.Lock()
         ideal = arch.model_flops_per_token(training.seq_len) / (hw.num_gpus * hw.peak_bf16)
         self.time_unit_s = ideal / TIME_RESOLUTION  # seconds per token of one objective unit
         scale = 1.0 / self.time_unit_s
-        self.objective = Compiled.of(objective_terms(self.ctx, self.rates), scale, up=True)
+        fr = self.fracs
+        self.objective = Compiled.of(objective_terms(self.ctx, self.rates), scale, True, True, fr)
         self.dp: dict[int, tuple[Compiled, Compiled]] = {}
         for z in range(4):
             comm, credit = dp_terms(self.ctx, self.rates, z)
             self.dp[z] = (
-                Compiled.of(comm, scale, up=True),
-                Compiled.of(credit, scale, up=False),
+                Compiled.of(comm, scale, True, True, fr),
+                Compiled.of(credit, scale, False, True, fr),
             )
         self.memory: dict[str, StageMemory] = {}
         for st in STAGES:
             terms, pairs = memory_terms(self.ctx, st)
             unit = 1.0 / MEMORY_UNIT
             self.memory[st] = StageMemory(
-                Compiled.of(terms, unit, up=True, merge=False),
+                Compiled.of(terms, unit, True, False, fr),
                 [
-                    (Compiled.of([a], unit, True, False), Compiled.of([b], unit, True, False))
+                    (
+                        Compiled.of([a], unit, True, False, fr),
+                        Compiled.of([b], unit, True, False, fr),
+                    )
                     for a, b in pairs
                 ],
             )
@@ -97,43 +113,93 @@ class CostModel:
         """Usable memory per GPU in model units (KiB, rounded down)."""
         return self.ctx.budget // MEMORY_UNIT
 
-    # ---- integer form: what CP-SAT optimises and the oracle enumerates --------------------
-    def objective_int(self, p: Point) -> int:
-        comm, credit = self.dp[p.z]
-        return self.objective.value(p) + max(0, comm.value(p) - credit.value(p))
+    def rows_of(self, lay: Layout) -> Rows:
+        """The one-row table of a layout (kept in an LRU of ONE_ROW_CACHE layouts)."""
+        with self._lock:
+            rows = self._one.get(lay)
+            if rows is not None:
+                self._one.move_to_end(lay)
+                return rows
+        rows = Rows.one(lay)
+        with self._lock:
+            self._one[lay] = rows
+            while len(self._one) > ONE_ROW_CACHE:
+                self._one.popitem(last=False)
+        return rows
 
-    def tenants_int(self, p: Point, stage: str) -> dict[str, int]:
+    def _at(self, p: Point, rows: Rows | None) -> Rows:
+        return self.rows_of(p.lay) if rows is None else rows
+
+    # ---- integer form: what CP-SAT optimises and the oracle enumerates --------------------
+    def objective_int(self, p: Point, rows: Rows | None = None, i: int = 0) -> int:
+        rows = self._at(p, rows)
+        comm, credit = self.dp[p.z]
+        dp = comm.value(p, rows, i) - credit.value(p, rows, i)
+        return self.objective.value(p, rows, i) + max(0, dp)
+
+    def tenants_int(
+        self, p: Point, stage: str, rows: Rows | None = None, i: int = 0
+    ) -> dict[str, int]:
         """Memory by tenant in model units (KiB, each term rounded up)."""
+        rows = self._at(p, rows)
         m = self.memory[stage]
         out = dict.fromkeys(TENANTS, 0)
-        for k, v in m.base.by_name(p).items():
+        for k, v in m.base.by_name(p, rows, i).items():
             out[k] += v
         for a, b in m.pairs:
-            out["activations"] += min(a.value(p), b.value(p))
+            out["activations"] += min(a.value(p, rows, i), b.value(p, rows, i))
         return out
 
-    def stage_bytes(self, p: Point, stage: str) -> int:
-        return sum(self.tenants_int(p, stage).values())
+    def stage_bytes(self, p: Point, stage: str, rows: Rows | None = None, i: int = 0) -> int:
+        return sum(self.tenants_int(p, stage, rows, i).values())
 
-    def fits(self, p: Point) -> bool:
-        return all(self.stage_bytes(p, st) <= self.budget for st in STAGES)
+    def fits(self, p: Point, rows: Rows | None = None, i: int = 0) -> bool:
+        rows = self._at(p, rows)
+        return all(self.stage_bytes(p, st, rows, i) <= self.budget for st in STAGES)
+
+    # ---- many points at once (exactly the methods above, point by point) -----------------
+    def objective_ints(self, rows: Rows, at: Points) -> np.ndarray:
+        """objective_int of every point of `at` (their ZeRO stages in at.axes["z"])."""
+        out = self.objective.values(rows, at)
+        dom, idx = at.axes["z"]
+        dp = None
+        for k, z in enumerate(dom):
+            comm, credit = self.dp[z]
+            e = np.maximum(comm.values(rows, at) - credit.values(rows, at), 0)
+            dp = e if dp is None else np.where(idx == k, e, dp)
+        return out + dp
+
+    def stage_units(self, rows: Rows, at: Points, stage: str) -> np.ndarray:
+        """stage_bytes of every point of `at` (KiB)."""
+        m = self.memory[stage]
+        out = m.base.values(rows, at)
+        for a, b in m.pairs:
+            out = out + np.minimum(a.values(rows, at), b.values(rows, at))
+        return out
+
+    def fits_many(self, rows: Rows, at: Points) -> np.ndarray:
+        ok = np.ones(len(at.row), dtype=bool)
+        for st in STAGES:
+            ok &= self.stage_units(rows, at, st) <= self.budget
+        return ok
 
     # ---- float form: what a plan reports ------------------------------------------------
-    def time_per_token(self, p: Point) -> dict[str, float]:
+    def time_per_token(self, p: Point, rows: Rows | None = None, i: int = 0) -> dict[str, float]:
         """Seconds per token by component (the dp exposure is max(0, comm − credit))."""
+        rows = self._at(p, rows)
         out = dict.fromkeys(COMPONENTS, 0.0)
         for g in self.objective.groups:
             for t in g.terms:
-                out[t.name] += t.float_value(p)
+                out[t.name] += t.float_value(p, rows, i)
         comm, credit = self.dp[p.z]
-        out["dp_comm"] = max(0.0, comm.float_value(p) - credit.float_value(p))
+        out["dp_comm"] = max(0.0, comm.float_value(p, rows, i) - credit.float_value(p, rows, i))
         return out
 
     def tokens(self, p: Point) -> int:
         return p.lay.dp * p.b * p.M * self.training.seq_len
 
-    def performance(self, p: Point) -> Performance:
-        per_tok = self.time_per_token(p)
+    def performance(self, p: Point, rows: Rows | None = None, i: int = 0) -> Performance:
+        per_tok = self.time_per_token(p, rows, i)
         tokens = self.tokens(p)
         step = sum(per_tok.values()) * tokens
         flops_tok = self.arch.model_flops_per_token(self.training.seq_len)
@@ -158,8 +224,9 @@ class CostModel:
             breakdown=bd,
         )
 
-    def memory_bill(self, p: Point) -> MemoryBill:
-        per = {st: self.tenants_int(p, st) for st in STAGES}
+    def memory_bill(self, p: Point, rows: Rows | None = None, i: int = 0) -> MemoryBill:
+        rows = self._at(p, rows)
+        per = {st: self.tenants_int(p, st, rows, i) for st in STAGES}
         stage = max(STAGES, key=lambda st: sum(per[st].values()))
         t = {k: v * MEMORY_UNIT for k, v in per[stage].items()}
         used = sum(t.values())

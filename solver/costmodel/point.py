@@ -8,9 +8,16 @@ a component with `lay` and are channelled to it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from meshplan.solver.schema import ParallelConfig, Recompute
+
+ROW_FIELDS = ("tp", "pp", "cp", "dp", "gpus", "sp")
 
 
 @dataclass(frozen=True, order=True)
@@ -21,6 +28,59 @@ class Layout:
     dp: int
     gpus: int
     sp: bool
+
+
+@dataclass(eq=False)
+class Rows:
+    """Layout rows as arrays, one entry per row (a struct of arrays): what every term's start is
+    evaluated over, all rows at once. A single Layout evaluates as a one-row Rows, so the float
+    evaluator, the integer tables and the oracle compute each start by the same array code.
+    `memo` holds what has been computed over these rows (Rates' per-row quantities, the terms'
+    starts), so each is computed once."""
+
+    tp: np.ndarray  # int64
+    pp: np.ndarray
+    cp: np.ndarray
+    dp: np.ndarray
+    gpus: np.ndarray
+    sp: np.ndarray  # bool
+    memo: dict = field(default_factory=dict, repr=False)
+
+    @staticmethod
+    def of(layouts: Iterable[Layout]) -> Rows:
+        cols = list(zip(*((r.tp, r.pp, r.cp, r.dp, r.gpus, r.sp) for r in layouts), strict=True))
+        if not cols:
+            cols = [()] * len(ROW_FIELDS)
+        ints = [np.array(c, dtype=np.int64) for c in cols[:5]]
+        return Rows(*ints, np.array(cols[5], dtype=bool))
+
+    @staticmethod
+    def one(lay: Layout) -> Rows:
+        return Rows.of((lay,))
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    def layout(self, i: int) -> Layout:
+        return Layout(
+            int(self.tp[i]),
+            int(self.pp[i]),
+            int(self.cp[i]),
+            int(self.dp[i]),
+            int(self.gpus[i]),
+            bool(self.sp[i]),
+        )
+
+    def layouts(self) -> list[Layout]:
+        cols = [c.tolist() for c in (self.tp, self.pp, self.cp, self.dp, self.gpus, self.sp)]
+        return [Layout(*x) for x in zip(*cols, strict=True)]
+
+    def take(self, idx: np.ndarray) -> Rows:
+        """The rows at these positions (a new table: nothing computed yet)."""
+        return Rows(*(getattr(self, f)[idx] for f in ROW_FIELDS))
+
+
+LayoutOrRows = Rows | Layout  # what a start or a per-row quantity is computed over
 
 
 @dataclass(frozen=True)
@@ -78,3 +138,46 @@ class Point:
             c.recompute,
             c.zero_stage,
         )
+
+
+def pick(cond, a, b):  # noqa: ANN001, ANN201
+    """`a if cond else b`, row by row when cond is an array of rows."""
+    return np.where(cond, a, b) if isinstance(cond, np.ndarray) else (a if cond else b)
+
+
+def maximum(a, b):  # noqa: ANN001, ANN201
+    """max(a, b), row by row over arrays (the same IEEE value either way)."""
+    return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
+
+
+def minimum(a, b):  # noqa: ANN001, ANN201
+    """min(a, b), row by row over arrays (the same IEEE value either way)."""
+    return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
+
+
+def full(x: object, n: int) -> np.ndarray:
+    """A start or per-row quantity as a float array over n rows (a scalar is the same for all)."""
+    a = np.asarray(x, dtype=np.float64)
+    return a if a.shape == (n,) else np.broadcast_to(a, (n,))
+
+
+def rowwise(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A per-row quantity (a method of one argument, the rows): over `Rows`, computed once per
+    Rows and kept in its memo. Over a single `Layout` the same code runs on Python numbers
+    (`pick`, `maximum`, `minimum` choose the scalar form); every operation is exactly rounded,
+    so a row computes the same bits alone as among others."""
+    name = fn.__qualname__
+
+    @functools.wraps(fn)
+    def wrapper(self: object, lay: Rows | Layout) -> Any:
+        if isinstance(lay, Layout):
+            return fn(self, lay)
+        key = (self, name)
+        got = lay.memo.get(key)
+        if got is None:
+            out, n = fn(self, lay), len(lay)
+            got = tuple(full(x, n) for x in out) if isinstance(out, tuple) else full(out, n)
+            lay.memo[key] = got
+        return got
+
+    return wrapper

@@ -1,7 +1,10 @@
 """The physics of one layer on one GPU: compute, memory traffic and collectives, in seconds.
 
 Unless named otherwise a method returns seconds per token of a micro-batch (a token the tp
-group processes), for one layer (the mean over dense and MoE layers), on one GPU. Methods of
+group processes), for one layer (the mean over dense and MoE layers), on one GPU. Methods of a
+layout take `Rows` (every layout row at once, as arrays; branches are `pick`, `np.where` over
+rows, and only exactly rounded arithmetic is used, so one row computes the same bits alone or
+among others) or a single `Layout` (the same code on Python numbers). Methods of
 `te` take the composite (tp, ep[, etp]) axis and index it (etp defaults to tp, Megatron's
 expert_tensor_parallel_size default). Collectives follow the ring α-β model (Thakur et al.
 2005): n ranks pay (n−1) step latencies plus (n−1)/n of the volume over the link's bandwidth;
@@ -11,11 +14,18 @@ an all-reduce may take the tree instead, 2·log2(n) latencies (NCCL).
 from __future__ import annotations
 
 import math
-from functools import cached_property
+
+import numpy as np
 
 from meshplan.solver.costmodel.context import ACT_BYTES, Ctx
 from meshplan.solver.costmodel.framework_timing import overlaps_for
-from meshplan.solver.costmodel.point import Layout
+from meshplan.solver.costmodel.point import (
+    LayoutOrRows,
+    maximum,
+    minimum,
+    pick,
+    rowwise,
+)
 from meshplan.solver.profiles import profile_of
 from meshplan.solver.schema import Precision, TrainingSpec
 
@@ -40,6 +50,13 @@ BUCKET = 40_000_000  # dp bucket (elements): Megatron DDP max(4e7, 1e6·dp) (dis
 
 def _etp(te: tuple[int, ...]) -> int:
     return te[2] if len(te) > 2 else te[0]
+
+
+def ceil_log2(n):  # noqa: ANN001, ANN201
+    """ceil(log2(n)) of integers n ≥ 1, exactly (the bit length of n − 1; frexp is exact)."""
+    if isinstance(n, np.ndarray):
+        return np.frexp((n - 1).astype(np.float64))[1].astype(np.int64)
+    return int(n - 1).bit_length()
 
 
 class Rates:
@@ -79,42 +96,45 @@ class Rates:
         self.params_dense = self.F_proj / 6 + self.F_mlp / 6  # per layer, before tp
         self.params_expert = self.moe * A.E * A.mlp_params(A.fe) if A.is_moe else 0.0
 
-    # -- links --------------------------------------------------------------------------
-    def bw(self, span: int) -> float:
-        return self.c.H.link_bw(span) * self.c.K.link_eff
+    # -- links (span: an int, or an array of rows) -------------------------------------------
+    def bw(self, span):  # noqa: ANN001, ANN201
+        H = self.c.H
+        return pick(span <= H.gpn, H.intra_bw, H.inter_bw) * self.c.K.link_eff
 
-    def group_bw(self, n: int, inner: int) -> float:
+    def group_bw(self, n, inner):  # noqa: ANN001, ANN201
         """Bandwidth per GPU of a ring over n ranks spaced `inner` GPUs apart: in-node if the
         group fits a node, else the NICs of the group's ranks in one node, which NCCL's
         rings (one per NIC) use together, up to the in-node link."""
         H = self.c.H
-        if n * inner <= H.gpn:
-            return self.bw(1)
-        per_node = max(1, H.gpn // inner)
-        return min(H.intra_bw, H.inter_bw * per_node) * self.c.K.link_eff
+        per_node = maximum(1, H.gpn // inner)
+        spread = minimum(H.intra_bw, H.inter_bw * per_node) * self.c.K.link_eff
+        return pick(n * inner <= H.gpn, self.bw(1), spread)
 
-    def alpha(self, span: int) -> float:
+    def alpha(self, span):  # noqa: ANN001, ANN201
         K = self.c.K
-        return K.alpha_intra if span <= self.c.H.gpn else K.alpha_inter
+        return pick(span <= self.c.H.gpn, K.alpha_intra, K.alpha_inter)
 
-    def ring_latency(self, n: int, span: int) -> float:
+    def ring_latency(self, n, span):  # noqa: ANN001, ANN201
         """Latency of one all-gather or reduce-scatter over n ranks spanning `span` GPUs."""
         return (n - 1) * self.alpha(span)
 
-    def allreduce_latency(self, n: int, span: int) -> float:
+    def allreduce_latency(self, n, span):  # noqa: ANN001, ANN201
         """Ring (2(n−1) steps) or tree (2·log2 n), whichever NCCL's tuner would take."""
-        return min(2 * (n - 1), 2 * math.ceil(math.log2(max(n, 2)))) * self.alpha(span)
+        return minimum(2 * (n - 1), 2 * ceil_log2(maximum(n, 2))) * self.alpha(span)
 
     # -- compute ------------------------------------------------------------------------
-    def gemm(self, lay: Layout) -> float:
+    @rowwise
+    def gemm(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Dense GEMMs (attention projections, dense or shared MLP, router) at the GEMM rate."""
         return (self.F_proj + self.F_mlp) / (lay.tp * self.rate_gemm)
 
-    def expert_gemm(self, lay: Layout) -> float:
+    @rowwise
+    def expert_gemm(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Routed experts: balanced, each group token's top_k copies split over the tp GPUs."""
         return self.F_expert / (lay.tp * self.rate_gemm)
 
-    def attention(self, lay: Layout) -> float:
+    @rowwise
+    def attention(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Attention scores and values, timed with the causal halving (flash attention); an
         unfused attention (Megatron before FlashAttention, Dao et al. 2022) computes every
         score as batched GEMMs and passes over them for the masked softmax and dropout."""
@@ -124,34 +144,39 @@ class Rates:
         passes = UNFUSED_SCORE_PASSES * A.a * self.c.s * ACT_BYTES / self.c.H.hbm_bw
         return (self.F_attn / self.rate_bf16 + passes) / lay.tp
 
-    def compute(self, lay: Layout) -> float:
+    @rowwise
+    def compute(self, lay: LayoutOrRows) -> np.ndarray | float:
         return self.gemm(lay) + self.expert_gemm(lay) + self.attention(lay) + self.elementwise(lay)
 
-    def traffic(self, lay: Layout) -> float:
+    @rowwise
+    def traffic(self, lay: LayoutOrRows) -> np.ndarray | float:
         """GEMM operand traffic per token not hidden behind the math (roofline, Williams 2009)."""
         elems = self.dims_full + self.dims_split / lay.tp
         if self.F_expert:
             A = self.c.A
-            elems += self.moe * A.top_k * self.gate * A.fe / lay.tp  # routed copies' fe
+            elems = elems + self.moe * A.top_k * self.gate * A.fe / lay.tp  # routed copies' fe
         return self.c.K.mem_exposed * ACT_TRAFFIC * elems / self.c.H.hbm_bw
 
-    def elementwise(self, lay: Layout) -> float:
+    @rowwise
+    def elementwise(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Memory-bound elementwise kernels per token: the h-wide ones are split over tp with
         sequence parallelism (else replicated), the activation's over tp."""
         A = self.c.A
-        h_part = ELEM_H * A.h / (lay.tp if lay.sp else 1)
+        h_part = ELEM_H * A.h / pick(lay.sp, lay.tp, 1)
         act = self.dense * self.gate * A.f
         if A.is_moe:
             act += self.moe * self.gate * A.fe * (A.top_k + A.shared)
         return ACT_BYTES * (h_part + ELEM_ACT * act / lay.tp) / self.c.H.hbm_bw
 
-    def expert_traffic_ref(self, lay: Layout) -> float:
+    @rowwise
+    def expert_traffic_ref(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Routed copies' h-wide operands per token at etp = 1; scaled by etp (te factor)."""
         A = self.c.A
         per = 2.0 * A.h * A.top_k * self.moe / lay.tp
         return self.c.K.mem_exposed * ACT_TRAFFIC * per / self.c.H.hbm_bw
 
-    def weight_traffic(self, lay: Layout) -> float:
+    @rowwise
+    def weight_traffic(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Per micro-batch per layer: the dense weights read and their FP32 gradient updated."""
         return self.c.K.mem_exposed * WEIGHT_TRAFFIC * self.params_dense / lay.tp / self.c.H.hbm_bw
 
@@ -159,62 +184,64 @@ class Rates:
         """Per micro-batch per layer, all experts of a layer; the te factor is 1/(ep·etp)."""
         return self.c.K.mem_exposed * WEIGHT_TRAFFIC * self.params_expert / self.c.H.hbm_bw
 
-    def head(self, lay: Layout) -> float:
+    @rowwise
+    def head(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Output layer GEMM and the cross-entropy's passes over the logits, per token."""
         A = self.c.A
         ce = self.c.recipe.logits * A.V / lay.tp / self.c.H.hbm_bw
         return self.F_head / (lay.tp * self.rate_gemm) + ce
 
     # -- tensor parallelism ---------------------------------------------------------------
-    def tp_raw(self, lay: Layout) -> float:
+    @rowwise
+    def tp_raw(self, lay: LayoutOrRows) -> np.ndarray | float:
         """AG/RS pairs with sequence parallelism (or all-reduces), forward and backward, of
         the attention block and of every dense or shared MLP (Korthikanti et al. 2022 §4)."""
         T = lay.tp
-        if T == 1:
-            return 0.0
         A = self.c.A
         blocks = 1.0 + self.dense + (self.moe if A.shared else 0.0)
-        return blocks * 4 * A.h * ACT_BYTES * (T - 1) / T / self.bw(T)
+        return pick(T == 1, 0.0, blocks * 4 * A.h * ACT_BYTES * (T - 1) / T / self.bw(T))
 
-    def tp(self, lay: Layout) -> float:
+    @rowwise
+    def tp(self, lay: LayoutOrRows) -> np.ndarray | float:
         raw = self.tp_raw(lay)
         if not self.ov.tp:
             return raw
-        return max(self.c.K.eps_tp * raw, raw - self.gemm(lay))
+        return maximum(self.c.K.eps_tp * raw, raw - self.gemm(lay))
 
-    def tp_latency(self, lay: Layout) -> float:
+    @rowwise
+    def tp_latency(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Per micro-batch per layer: 8 ring collectives' step latencies."""
         T = lay.tp
-        if T == 1:
-            return 0.0
         share = self.c.K.eps_tp if self.ov.tp else 1.0
-        return share * 8 * self.ring_latency(T, T)
+        return pick(T == 1, 0.0, share * 8 * self.ring_latency(T, T))
 
     # -- context parallelism ----------------------------------------------------------------
-    def cp_hop(self, lay: Layout) -> float:
+    @rowwise
+    def cp_hop(self, lay: LayoutOrRows) -> np.ndarray | float:
         """One ring step: K,V forward, K,V and dK,dV backward (Liu et al. 2023)."""
         A = self.c.A
         vol = 3 * 2 * A.kv * A.head_dim * ACT_BYTES / lay.tp
         return vol / self.group_bw(lay.cp, lay.tp)
 
-    def cp(self, lay: Layout) -> float:
+    @rowwise
+    def cp(self, lay: LayoutOrRows) -> np.ndarray | float:
         C = lay.cp
-        if C == 1:
-            return 0.0
         hop = self.cp_hop(lay)
         if not self.ov.cp:
-            return (C - 1) * hop
-        block = self.attention(lay) / C  # the attention of one block
-        if self.ov.cp_ring:  # each hop hides behind one block
-            return (C - 1) * max(self.c.K.eps_cp * hop, hop - block)
-        return max(self.c.K.eps_cp * (C - 1) * hop, (C - 1) * hop - block)  # behind the first
+            exposed = (C - 1) * hop
+        else:
+            block = self.attention(lay) / C  # the attention of one block
+            if self.ov.cp_ring:  # each hop hides behind one block
+                exposed = (C - 1) * maximum(self.c.K.eps_cp * hop, hop - block)
+            else:  # behind the first
+                exposed = maximum(self.c.K.eps_cp * (C - 1) * hop, (C - 1) * hop - block)
+        return pick(C == 1, 0.0, exposed)
 
-    def cp_latency(self, lay: Layout) -> float:
+    @rowwise
+    def cp_latency(self, lay: LayoutOrRows) -> np.ndarray | float:
         C = lay.cp
-        if C == 1:
-            return 0.0
         share = self.c.K.eps_cp if self.ov.cp else 1.0
-        return share * 3 * (C - 1) * self.alpha(lay.tp * C)
+        return pick(C == 1, 0.0, share * 3 * (C - 1) * self.alpha(lay.tp * C))
 
     # -- expert parallelism (functions of the te axis) ----------------------------------------
     def a2a(self, te: tuple[int, ...]) -> float:
@@ -265,16 +292,17 @@ class Rates:
         return share * self.moe * 4 * (ep - 1) * self.alpha(ep * _etp(te))
 
     # -- pipeline ---------------------------------------------------------------------------
-    def p2p(self, lay: Layout) -> tuple[float, float]:
+    @rowwise
+    def p2p(self, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray]:
         """A chunk's output forward and its gradient back: (per token, per micro-batch)."""
-        if lay.pp == 1:
-            return 0.0, 0.0
-        width = self.c.A.h * ACT_BYTES / (lay.tp if lay.sp else 1)
+        width = self.c.A.h * ACT_BYTES / pick(lay.sp, lay.tp, 1)
         vol = 0.0 if self.ov.pp else 2 * width / self.bw(lay.gpus)
-        return vol, 2 * self.alpha(lay.gpus)
+        first = lay.pp == 1
+        return pick(first, 0.0, vol), pick(first, 0.0, 2 * self.alpha(lay.gpus))
 
     # -- per layer totals ---------------------------------------------------------------------
-    def fixed(self, lay: Layout) -> tuple[float, float, float]:
+    @rowwise
+    def fixed(self, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per layer per micro-batch: (launches + weight traffic, tp latency, cp latency)."""
         return (
             self.c.K.kappa0 + self.weight_traffic(lay),
@@ -282,14 +310,7 @@ class Rates:
             self.cp_latency(lay),
         )
 
-    @cached_property
-    def _layer_cache(self) -> dict[Layout, float]:
-        return {}
-
-    def layer(self, lay: Layout) -> float:
+    @rowwise
+    def layer(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Per token: compute and exposed tp/cp traffic of a layer (what hides dp traffic)."""
-        x = self._layer_cache.get(lay)
-        if x is None:
-            x = self.compute(lay) + self.traffic(lay) + self.tp(lay) + self.cp(lay)
-            self._layer_cache[lay] = x
-        return x
+        return self.compute(lay) + self.traffic(lay) + self.tp(lay) + self.cp(lay)

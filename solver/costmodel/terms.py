@@ -1,30 +1,37 @@
 """Terms: how the cost model is written so that one definition serves three consumers.
 
-A term is `start(lay, key) × f_pv × f_te × f_db`: a float table over the layout rows (optionally
-selected by a key of the recomputation or ZeRO axis) times exact rational factors over the small
-composite axes. The float evaluator multiplies floats; the integer form (what CP-SAT optimises
-and the oracle enumerates) rounds the start once, sums the starts of terms that share their
-factors, and rounds after each factor: up for costs, down for credits. `Compiled` fixes that
-grouping so the CP-SAT builder and `Compiled.value` cannot disagree.
+A term is `start(rows, key) × f_pv × f_te × f_db`: a float table over the layout rows (computed
+for every row at once from the rows' arrays, `point.Rows`; optionally selected by a key of the
+recomputation or ZeRO axis) times exact rational factors over the small composite axes. The
+float evaluator multiplies floats; the integer form (what CP-SAT optimises and the oracle
+enumerates) rounds the start once, sums the starts of terms that share their factors, and rounds
+after each factor: up for costs, down for credits. `Compiled` fixes that grouping so the CP-SAT
+builder and `Compiled.value` cannot disagree. Every consumer reads the same start arrays (a
+single layout is a one-row table), and the integer arithmetic over many points at once
+(`Compiled.values`) is exact: int64 where it cannot overflow, Python integers otherwise.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from meshplan.solver.costmodel.point import Layout, Point
+import numpy as np
+
+from meshplan.solver.costmodel.point import Point, Rows, full
 
 FACTOR_AXES = ("pv", "te", "db")  # order in which factors are applied
 Factor = Callable[[object], Fraction]
+INT_SAFE = 1 << 58  # |integer start| below this: int64 sums of up to 32 starts cannot overflow
+MUL_SAFE = 1 << 62  # |x · numerator| below this: the int64 product is exact
 
 
 @dataclass(frozen=True)
 class Term:
     name: str  # breakdown component or memory tenant
-    start: Callable[[Layout, object], float]
+    start: Callable[[Rows, object], object]  # float array over the rows (or one float for all)
     sel: str | None = None  # "r" or "z": the start depends on a key of that axis
     key: Callable[[object], object] = lambda x: x  # axis value -> key passed to start
     pv: Factor | None = None
@@ -34,8 +41,20 @@ class Term:
     def factors(self) -> tuple[Factor | None, ...]:
         return (self.pv, self.te, self.db)
 
-    def float_value(self, p: Point) -> float:
-        x = self.start(p.lay, self.key(p.axis(self.sel)) if self.sel else None)
+    def starts(self, rows: Rows, keyval: object) -> np.ndarray:
+        """The start over every row, computed once per rows (terms sharing a start share it)."""
+        k = (self.start, keyval)
+        got = rows.memo.get(k)
+        if got is None:
+            got = full(self.start(rows, keyval), len(rows))
+            rows.memo[k] = got
+        return got
+
+    def float_value(self, p: Point, rows: Rows | None = None, i: int = 0) -> float:
+        """The float value at p, whose layout is row i of `rows` (default: the start computed
+        for p's layout alone, on Python numbers: the same bits)."""
+        kv = self.key(p.axis(self.sel)) if self.sel else None
+        x = float(self.start(p.lay, kv) if rows is None else self.starts(rows, kv)[i])
         for ax, fn in zip(FACTOR_AXES, self.factors(), strict=True):
             if fn is not None:
                 x *= float(fn(p.axis(ax)))
@@ -54,7 +73,26 @@ def apply(x: int, f: Fraction, up: bool) -> int:
     return ceil_div(x * f.numerator, f.denominator) if up else (x * f.numerator) // f.denominator
 
 
-@dataclass
+def round_ints(x: np.ndarray, up: bool) -> np.ndarray:
+    """math.ceil (floor) of every entry, exactly: int64, or Python integers past INT_SAFE."""
+    y = np.ceil(x) if up else np.floor(x)
+    if np.isfinite(y).all() and np.abs(y).max(initial=0.0) < INT_SAFE:
+        return y.astype(np.int64)
+    out = np.empty(len(x), dtype=object)
+    out[:] = [round_int(v, up) for v in x.tolist()]
+    return out
+
+
+def apply_many(x: np.ndarray, num: np.ndarray, den: np.ndarray, up: bool) -> np.ndarray:
+    """`apply` entry by entry (exact: int64 when the products fit, else Python integers)."""
+    if x.dtype != object and len(x) and np.abs(x).max() * int(num.max()) >= MUL_SAFE:
+        x = x.astype(object)
+    if x.dtype == object:
+        num, den = num.astype(object), den.astype(object)
+    return -((-x * num) // den) if up else (x * num) // den
+
+
+@dataclass(eq=False)
 class Group:
     """Terms sharing (sel, key, factors): their integer starts are summed, then multiplied."""
 
@@ -63,8 +101,44 @@ class Group:
     factors: tuple[Factor | None, ...]
     terms: list[Term] = field(default_factory=list)
 
-    def start_int(self, lay: Layout, keyval: object, scale: float, up: bool) -> int:
-        return sum(round_int(t.start(lay, keyval) * scale, up) for t in self.terms)
+    def int_starts(self, rows: Rows, keyval: object, scale: float, up: bool) -> np.ndarray:
+        """The group's integer start over every row: each term's start scaled and rounded, then
+        summed (computed once per rows)."""
+        k = (self, keyval, scale, up)
+        got = rows.memo.get(k)
+        if got is None:
+            cols = [round_ints(t.starts(rows, keyval) * scale, up) for t in self.terms]
+            got = cols[0]
+            for c in cols[1:]:
+                got = got + c
+            rows.memo[k] = got
+        return got
+
+    def start_int(self, lay_rows: Rows, i: int, keyval: object, scale: float, up: bool) -> int:
+        return int(self.int_starts(lay_rows, keyval, scale, up)[i])
+
+
+class Fractions:
+    """Factor values per axis value, computed once (factors are exact rationals)."""
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[Factor, object], Fraction] = {}
+
+    def __call__(self, fn: Factor, v: object) -> Fraction:
+        k = (fn, v)
+        f = self._memo.get(k)
+        if f is None:
+            f = self._memo[k] = fn(v)
+        return f
+
+    def arrays(self, fn: Factor, domain: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
+        """(numerators, denominators) over a domain of axis values (int64, or Python integers
+        when one does not fit)."""
+        fs = [self(fn, v) for v in domain]
+        nums, dens = [f.numerator for f in fs], [f.denominator for f in fs]
+        big = any(abs(n) >= INT_SAFE for n in nums) or any(d >= INT_SAFE for d in dens)
+        dt = object if big else np.int64
+        return np.array(nums, dtype=dt), np.array(dens, dtype=dt)
 
 
 @dataclass
@@ -74,9 +148,16 @@ class Compiled:
     scale: float
     up: bool
     groups: list[Group]
+    fracs: Fractions = field(default_factory=Fractions)
 
     @staticmethod
-    def of(terms: list[Term], scale: float, up: bool, merge: bool = True) -> Compiled:
+    def of(
+        terms: list[Term],
+        scale: float,
+        up: bool,
+        merge: bool = True,
+        fracs: Fractions | None = None,
+    ) -> Compiled:
         """Group terms; `merge=False` keeps one group per term (exact per-term sums)."""
         groups: list[Group] = []
         for t in terms:
@@ -86,34 +167,85 @@ class Compiled:
                     break
             else:
                 groups.append(Group(t.sel, t.key, t.factors(), [t]))
-        return Compiled(scale, up, groups)
+        return Compiled(scale, up, groups, fracs or Fractions())
 
-    def group_value(self, g: Group, p: Point) -> int:
-        keyval = g.key(p.axis(g.sel)) if g.sel else None
-        x = g.start_int(p.lay, keyval, self.scale, self.up)
-        for ax, fn in zip(FACTOR_AXES, g.factors, strict=True):
+    def _keyval(self, g: Group, p: Point) -> object:
+        return g.key(p.axis(g.sel)) if g.sel else None
+
+    def _chain(self, x: int, factors: tuple[Factor | None, ...], p: Point) -> int:
+        for ax, fn in zip(FACTOR_AXES, factors, strict=True):
             if fn is not None:
-                x = apply(x, fn(p.axis(ax)), self.up)
+                x = apply(x, self.fracs(fn, p.axis(ax)), self.up)
         return x
 
-    def value(self, p: Point) -> int:
-        return sum(self.group_value(g, p) for g in self.groups)
+    def group_value(self, g: Group, p: Point, rows: Rows, i: int = 0) -> int:
+        x = g.start_int(rows, i, self._keyval(g, p), self.scale, self.up)
+        return self._chain(x, g.factors, p)
 
-    def by_name(self, p: Point) -> dict[str, int]:
+    def value(self, p: Point, rows: Rows | None = None, i: int = 0) -> int:
+        """The integer value at p, whose layout is row i of `rows` (default: p's layout alone)."""
+        rows = Rows.one(p.lay) if rows is None else rows
+        return sum(self.group_value(g, p, rows, i) for g in self.groups)
+
+    def by_name(self, p: Point, rows: Rows | None = None, i: int = 0) -> dict[str, int]:
         """Integer value per term name (groups split back by term; used for memory tenants)."""
+        rows = Rows.one(p.lay) if rows is None else rows
         out: dict[str, int] = {}
         for g in self.groups:
-            keyval = g.key(p.axis(g.sel)) if g.sel else None
+            kv = self._keyval(g, p)
             for t in g.terms:
-                x = round_int(t.start(p.lay, keyval) * self.scale, self.up)
-                for ax, fn in zip(FACTOR_AXES, g.factors, strict=True):
-                    if fn is not None:
-                        x = apply(x, fn(p.axis(ax)), self.up)
-                out[t.name] = out.get(t.name, 0) + x
+                x = int(round_ints(t.starts(rows, kv)[i : i + 1] * self.scale, self.up)[0])
+                out[t.name] = out.get(t.name, 0) + self._chain(x, g.factors, p)
         return out
 
-    def float_value(self, p: Point) -> float:
-        return sum(t.float_value(p) for g in self.groups for t in g.terms)
+    def float_value(self, p: Point, rows: Rows | None = None, i: int = 0) -> float:
+        rows = Rows.one(p.lay) if rows is None else rows
+        return sum(t.float_value(p, rows, i) for g in self.groups for t in g.terms)
+
+    # ---- many points at once -------------------------------------------------------------
+    def values(self, rows: Rows, at: Points) -> np.ndarray:
+        """The integer value of many points (exactly `value` of each), whose layouts are rows
+        `at.row` of `rows`."""
+        out: np.ndarray | int = 0
+        for g in self.groups:
+            out = out + self.group_values(g, rows, at)
+        return full(out, len(at.row)).astype(np.int64) if isinstance(out, int) else out
+
+    def group_values(self, g: Group, rows: Rows, at: Points) -> np.ndarray:
+        if g.sel is None:
+            x = g.int_starts(rows, None, self.scale, self.up)[at.row]
+        else:
+            dom, idx = at.axes[g.sel]
+            keys = [g.key(v) for v in dom]
+            x = None
+            for kv in dict.fromkeys(keys):
+                col = g.int_starts(rows, kv, self.scale, self.up)
+                hit = np.isin(idx, [j for j, k in enumerate(keys) if k == kv])
+                part = col[at.row]
+                x = part if x is None else np.where(hit, part, x)
+        for ax, fn in zip(FACTOR_AXES, g.factors, strict=True):
+            if fn is not None:
+                dom, idx = at.axes[ax]
+                num, den = self.fracs.arrays(fn, dom)
+                x = apply_many(x, num[idx], den[idx], self.up)
+        return x
+
+
+@dataclass
+class Points:
+    """Many points as arrays: each point's layout row and, per axis, (domain, index into it)."""
+
+    row: np.ndarray  # int64 positions in the rows the starts are computed over
+    axes: dict[str, tuple[Sequence[object], np.ndarray]]
+
+    @staticmethod
+    def of(points: Sequence[Point], rows_of: dict, domains: dict[str, Sequence[object]]) -> Points:
+        """From Point objects, with each layout's row position and each axis' domain."""
+        axes = {}
+        for ax, dom in domains.items():
+            pos = {v: j for j, v in enumerate(dom)}
+            axes[ax] = (dom, np.array([pos[p.axis(ax)] for p in points], dtype=np.int64))
+        return Points(np.array([rows_of[p.lay] for p in points], dtype=np.int64), axes)
 
 
 def frac(x: float, max_den: int = 1 << 20) -> Fraction:

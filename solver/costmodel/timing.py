@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import numpy as np
+
 from meshplan.solver.costmodel.context import Ctx
 from meshplan.solver.costmodel.dp_timing import dp_terms, optimizer_terms
-from meshplan.solver.costmodel.point import Layout
+from meshplan.solver.costmodel.point import LayoutOrRows
 from meshplan.solver.costmodel.rates import Rates, _etp
 from meshplan.solver.costmodel.terms import Term
 from meshplan.solver.costmodel.timing_axes import _Axes, _pair, _ratio, _tp_only
@@ -59,7 +61,7 @@ def _moe_terms(c: Ctx, R: Rates, x: _Axes) -> list[Term]:
     unit_mb = unit * c.s
 
     def exposed(te: tuple[int, ...]) -> Fraction:
-        lay = _tp_only(te[0])
+        lay = _tp_only(te[0])  # one row: Python floats
         hide = R.compute(lay) + R.traffic(lay)  # another micro-batch's layer (1F1B a2a overlap)
         return _ratio(R.ep_exposed(te, hide) / unit)
 
@@ -101,7 +103,7 @@ def _recompute_terms(terms: list[Term], c: Ctx, R: Rates, x: _Axes) -> None:
     the whole forward with its collectives (full)."""
     pt, fx = x.pt, x.fx
 
-    def per_token(lay: Layout, r: Recompute) -> float:
+    def per_token(lay: LayoutOrRows, r: Recompute) -> np.ndarray | float:
         if r is Recompute.SELECTIVE:
             return R.attention(lay) / 3 * pt(lay)
         if r is Recompute.FULL:
@@ -109,7 +111,7 @@ def _recompute_terms(terms: list[Term], c: Ctx, R: Rates, x: _Axes) -> None:
             return fwd * pt(lay)
         return 0.0
 
-    def per_mb(lay: Layout, r: Recompute) -> float:
+    def per_mb(lay: LayoutOrRows, r: Recompute) -> np.ndarray | float:
         if r is not Recompute.FULL:
             return 0.0
         k0, tpa, cpa = R.fixed(lay)

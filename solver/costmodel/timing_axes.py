@@ -6,12 +6,14 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import numpy as np
+
 from meshplan.solver.costmodel.context import Ctx, n_chunk, n_stage
-from meshplan.solver.costmodel.point import Layout
+from meshplan.solver.costmodel.point import Layout, LayoutOrRows
 from meshplan.solver.costmodel.terms import Term
 
 
-def _per_token(c: Ctx, lay: Layout) -> float:
+def _per_token(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     """Seconds per token-in-micro-batch -> seconds per token of the step: s/cp tokens / (dp·s)."""
     return (c.s / lay.cp) / (lay.dp * c.s)
 

@@ -4,16 +4,16 @@ coarse for every row and fine for the rows the search looks at."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from fractions import Fraction
 
+import numpy as np
+
 from meshplan.solver.costmodel import Layout, Point
+from meshplan.solver.costmodel.point import Rows
 from meshplan.solver.costmodel.terms import Compiled, Factor, Group
 from meshplan.solver.cpsat.bounds import Fine, coarse_bounds, fine_bounds
 from meshplan.solver.space import Space
-
-CHECK_EVERY = 512  # rows of a start table between two checks for a stop or the deadline
 
 
 class Stopped(Exception):
@@ -26,8 +26,8 @@ class Tables:
     def __init__(self, sp: Space, check: Callable[[], None] = lambda: None) -> None:
         self.sp = sp
         self.check = check  # raises Stopped when the solve must end
+        self.rows: Rows = sp.rows
         self.index = {r: i for i, r in enumerate(sp.layouts)}
-        self._start: dict[tuple[int, object], list[int]] = {}
         self._fracs: dict[tuple[int, str], dict[object, Fraction]] = {}
         self._compat: dict[tuple[str, object], list[object]] = {}
         self._ffracs: dict[tuple[int, str], dict[object, float]] = {}
@@ -35,29 +35,23 @@ class Tables:
         self._coarse: dict[Layout, int | None] | None = None
         self._fine: dict[Layout, Fine] = {}
 
-    def starts(self, comp: Compiled, g: Group, keyval: object) -> list[int]:
-        """The group's integer start for every layout row of the space, in `sp.layouts` order."""
-        k = (id(g), keyval)
-        if k not in self._start:
-            sc, rows = comp.scale, self.sp.layouts
-            rnd = math.ceil if comp.up else math.floor  # as Group.start_int rounds each term
-            out: list[int] = []
-            for i in range(0, len(rows), CHECK_EVERY):  # large spaces: stay interruptible
-                self.check()
-                chunk = rows[i : i + CHECK_EVERY]
-                cols = [[rnd(t.start(r, keyval) * sc) for r in chunk] for t in g.terms]
-                out += cols[0] if len(cols) == 1 else [sum(x) for x in zip(*cols, strict=True)]
-            self._start[k] = out
-        return self._start[k]
+    def starts(self, comp: Compiled, g: Group, keyval: object) -> np.ndarray:
+        """The group's integer start for every layout row of the space, in `sp.layouts` order
+        (each table computed once, over all rows at once; a stop is checked between tables)."""
+        k = (g, keyval, comp.scale, comp.up)
+        if k not in self.rows.memo:
+            self.check()
+        return g.int_starts(self.rows, keyval, comp.scale, comp.up)
 
     def start(self, comp: Compiled, g: Group, row: Layout, keyval: object) -> int:
-        return self.starts(comp, g, keyval)[self.index[row]]
+        return int(self.starts(comp, g, keyval)[self.index[row]])
 
     def fracs(self, axis: str, fn: Factor) -> dict[object, Fraction]:
         """The factor of every value of the axis in the full space."""
         k = (id(fn), axis)
         if k not in self._fracs:
-            self._fracs[k] = {v: fn(v) for v in self._domain(axis)}
+            fr = self.sp.cm.fracs
+            self._fracs[k] = {v: fr(fn, v) for v in self._domain(axis)}
         return self._fracs[k]
 
     def _domain(self, axis: str) -> list[object]:
