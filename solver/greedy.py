@@ -1,34 +1,97 @@
 """Seed 003's recipe as a plan: TP inside the node, PP across nodes, FSDP over the rest.
 
 It is the CP-SAT hint and the fallback when the solve finds nothing in time; it only proposes
-points of the space and keeps the first that fits, so it is never better than the optimum.
+points of the space and keeps the first that fits, so it is never better than the optimum. The
+candidates are scored many at a time (`CostModel.fits_many`), in the recipe's order.
 """
 
 from __future__ import annotations
 
-from meshplan.solver.costmodel import Layout, Point
+from collections.abc import Sequence
+
+import numpy as np
+
+from meshplan.solver.costmodel import Point
+from meshplan.solver.costmodel.terms import Points
+from meshplan.solver.cpsat.tables import Tables
 from meshplan.solver.schema import Recompute
-from meshplan.solver.space import Space
+
+FIRST_CHUNK = 16  # rows whose candidates are scored at once; each further chunk is 4x larger
 
 
-def greedy(sp: Space, rows: list[Layout] | None = None) -> Point | None:
+def greedy(tb: Tables, rows: Sequence[int] | None = None) -> Point | None:
     """Smallest tp, then smallest pp, that fit with the highest ZeRO stage the framework runs
-    there; cheapest recompute; largest batch. `rows`: the layouts to try (default: all)."""
+    there; cheapest recompute; largest batch. `rows`: positions of the layouts to try (default:
+    all)."""
+    sp, R = tb.sp, tb.rows
+    rows = np.arange(tb.n) if rows is None else np.asarray(rows, dtype=np.int64)
+    if not len(rows):
+        return None
     order = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
-    rs = sorted(sp.rs, key=order.get)
-    rows = sorted(sp.layouts if rows is None else rows, key=lambda r: (-r.gpus, r.cp, r.tp, r.pp))
-    for lay in rows:
-        dbs = sorted(sp.compatible("db", lay), key=lambda x: (-x[1] * x[2], x[1]))
-        tes = sorted(sp.compatible("te", lay), key=lambda x: (-x[1] * x[2], -x[1]))
-        zs = sp.compatible("z", lay)
-        pvs = sp.compatible("pv", lay)
-        if not (tes and zs and pvs):
+    rs = sorted(range(len(sp.rs)), key=lambda i: order[sp.rs[i]])
+    keys = (R.pp[rows], R.tp[rows], R.cp[rows], -R.gpus[rows])  # lexsort: last key first
+    rows = rows[np.lexsort(keys)]
+    first = _firsts(tb)
+    k, chunk = 0, FIRST_CHUNK
+    while k < len(rows):
+        part = rows[k : k + chunk]
+        k, chunk = k + len(part), chunk * 4
+        cand = _candidates(tb, part, first, rs)
+        if cand is None:
             continue
-        v = pvs[0][1]  # one chunk per stage: no interleaving constraint on the batch
-        for _, b, m in dbs:
-            _, e, et = tes[0]
-            for r in rs:
-                p = Point(lay, v, b, m, e, et, r, max(zs))
-                if sp.cm.fits(p):
-                    return p
+        at, axes = cand
+        ok = np.flatnonzero(sp.cm.fits_many(R, Points(at, axes)))
+        if len(ok):
+            j = int(ok[0])
+            (_, v), (_, b, m), (_, e, et) = (
+                tb.domain[a][axes[a][1][j]] for a in ("pv", "db", "te")
+            )
+            r, z = sp.rs[axes["r"][1][j]], sp.zs[axes["z"][1][j]]
+            return Point(sp.layouts[int(at[j])], v, b, m, e, et, r, z)
     return None
+
+
+def _firsts(tb: Tables) -> dict[str, list]:
+    """Per class of rows: the one pipeline (one chunk per stage), expert group (the largest, then
+    the most ep) and ZeRO stage (the highest) the recipe takes, and the batch shapes in its
+    order (largest batch first, then the smaller micro-batch)."""
+    out: dict[str, list] = {}
+    pv, te, db, zs = (tb.domain[a] for a in ("pv", "te", "db", "z"))
+    out["pv"] = [int(m[0]) if len(m) else -1 for m in tb.members["pv"]]
+    out["te"] = [
+        int(min(m, key=lambda i: (-te[i][1] * te[i][2], -te[i][1]))) if len(m) else -1
+        for m in tb.members["te"]
+    ]
+    out["z"] = [int(max(m, key=lambda i: zs[i])) if len(m) else -1 for m in tb.members["z"]]
+    out["db"] = [
+        np.array(sorted(m.tolist(), key=lambda i: (-db[i][1] * db[i][2], db[i][1])), np.int64)
+        for m in tb.members["db"]
+    ]
+    return out
+
+
+def _candidates(
+    tb: Tables, rows: np.ndarray, first: dict[str, list], rs: list[int]
+) -> tuple[np.ndarray, dict] | None:
+    """The recipe's candidate points of these rows, in its order: rows, then batch shapes, then
+    recomputation (positions in the space's domains)."""
+    cls = {a: tb.cls[a][rows] for a in ("pv", "te", "z", "db")}
+    pv = np.array(first["pv"])[cls["pv"]]
+    te = np.array(first["te"])[cls["te"]]
+    z = np.array(first["z"])[cls["z"]]
+    keep = (pv >= 0) & (te >= 0) & (z >= 0)
+    dbs = [first["db"][c] for c in cls["db"].tolist()]
+    sizes = np.array([len(d) * len(rs) if ok else 0 for d, ok in zip(dbs, keep, strict=True)])
+    if not sizes.sum():
+        return None
+    row_of = np.repeat(np.arange(len(rows)), sizes)
+    db_of = np.concatenate([np.repeat(d, len(rs)) for d, s in zip(dbs, sizes, strict=True) if s])
+    r_of = np.tile(np.array(rs, dtype=np.int64), int(sizes.sum()) // len(rs))
+    axes = {
+        "pv": (tb.domain["pv"], pv[row_of]),
+        "te": (tb.domain["te"], te[row_of]),
+        "db": (tb.domain["db"], db_of),
+        "r": (tb.domain["r"], r_of),
+        "z": (tb.domain["z"], z[row_of]),
+    }
+    return rows[row_of], axes

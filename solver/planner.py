@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
+
 from meshplan.solver.arch import Arch, resolve_model
 from meshplan.solver.batch_size import batch_choice
 from meshplan.solver.costmodel import CostModel, Point
@@ -129,7 +131,7 @@ def _plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRe
         bounds = tables.coarse()
     except Stopped:
         raise TimeoutError("the solve was stopped before any plan was found") from None
-    hint = greedy(sp, [r for r in sp.layouts if bounds[r] is not None])
+    hint = greedy(tables, np.flatnonzero(np.isfinite(bounds)))
     f = search(tables, hint, deadline, o.num_workers, o.relative_gap, o.top_k, stop_event)
     nv, nc = f.num_variables, f.num_constraints
     point, fallback = (f.points[0] if f.points else None), False

@@ -19,7 +19,7 @@ import numpy as np
 from meshplan.solver.costmodel import activations
 from meshplan.solver.costmodel.context import ACT_BYTES, Ctx, n_chunk, n_stage
 from meshplan.solver.costmodel.point import LayoutOrRows, pick
-from meshplan.solver.costmodel.terms import Term
+from meshplan.solver.costmodel.terms import BatchFactor, Term
 from meshplan.solver.schema import Recompute
 
 TENANTS = ("weights", "gradients", "optimizer", "activations")
@@ -165,7 +165,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         held = c.s / lay.cp * out
         return pick(lay.pp > 1, 0.0, held) if stage == "first" else held
 
-    mb = lambda db: Fraction(db[1])  # noqa: E731
+    mb = BatchFactor(1, 0)
     terms.append(Term("activations", transient, sel="r", db=mb))
     terms.append(Term("activations", logits, db=mb))
     pairs: list[tuple[Term, Term]] = []
@@ -179,9 +179,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         pairs.append(
             (
                 Term("activations", act, sel="r", pv=q_first, db=mb),
-                Term(
-                    "activations", act, sel="r", pv=pv_stage, db=lambda db: Fraction(db[1] * db[2])
-                ),
+                Term("activations", act, sel="r", pv=pv_stage, db=BatchFactor(1, 1)),
             )
         )
     else:

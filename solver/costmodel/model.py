@@ -108,6 +108,13 @@ class CostModel:
                 ],
             )
 
+    def compiled(self) -> list[Compiled]:
+        """Every compiled sum of the model (objective, dp traffic and credit, memory)."""
+        out = [self.objective, *(c for pair in self.dp.values() for c in pair)]
+        for m in self.memory.values():
+            out += [m.base, *(c for pair in m.pairs for c in pair)]
+        return out
+
     @property
     def budget(self) -> int:
         """Usable memory per GPU in model units (KiB, rounded down)."""

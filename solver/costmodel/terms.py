@@ -61,6 +61,35 @@ class Term:
         return x
 
 
+class BatchFactor:
+    """The factor b^i · M^j of a micro-batch shape (dp, b, M), i and j in {−1, 0, 1}: exact for
+    one value, and as (numerators, denominators) arrays over many at once."""
+
+    def __init__(self, b: int, m: int) -> None:
+        self.b, self.m = b, m
+
+    def __call__(self, db: tuple[int, int, int]) -> Fraction:
+        num, den = 1, 1
+        for x, e in ((db[1], self.b), (db[2], self.m)):
+            if e > 0:
+                num *= x
+            elif e < 0:
+                den *= x
+        return Fraction(num, den)
+
+    def arrays(self, values: Sequence[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        v = np.array(values, dtype=np.int64).reshape(-1, 3)
+        num = np.ones(len(v), dtype=np.int64)
+        den = np.ones(len(v), dtype=np.int64)
+        for x, e in ((v[:, 1], self.b), (v[:, 2], self.m)):
+            if e > 0:
+                num = num * x
+            elif e < 0:
+                den = den * x
+        g = np.gcd(num, den)
+        return num // g, den // g
+
+
 def ceil_div(a: int, b: int) -> int:
     return -((-a) // b)
 
@@ -134,6 +163,8 @@ class Fractions:
     def arrays(self, fn: Factor, domain: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
         """(numerators, denominators) over a domain of axis values (int64, or Python integers
         when one does not fit)."""
+        if isinstance(fn, BatchFactor):
+            return fn.arrays(domain)
         fs = [self(fn, v) for v in domain]
         nums, dens = [f.numerator for f in fs], [f.denominator for f in fs]
         big = any(abs(n) >= INT_SAFE for n in nums) or any(d >= INT_SAFE for d in dens)
@@ -141,7 +172,7 @@ class Fractions:
         return np.array(nums, dtype=dt), np.array(dens, dtype=dt)
 
 
-@dataclass
+@dataclass(eq=False)
 class Compiled:
     """A sum of terms in integer units (`scale` per base unit), rounded `up` or down."""
 
@@ -217,12 +248,12 @@ class Compiled:
         else:
             dom, idx = at.axes[g.sel]
             keys = [g.key(v) for v in dom]
+            uniq = list(dict.fromkeys(keys))
+            which = np.array([uniq.index(k) for k in keys], dtype=np.int64)[idx]
             x = None
-            for kv in dict.fromkeys(keys):
-                col = g.int_starts(rows, kv, self.scale, self.up)
-                hit = np.isin(idx, [j for j, k in enumerate(keys) if k == kv])
-                part = col[at.row]
-                x = part if x is None else np.where(hit, part, x)
+            for j, kv in enumerate(uniq):
+                part = g.int_starts(rows, kv, self.scale, self.up)[at.row]
+                x = part if x is None else np.where(which == j, part, x)
         for ax, fn in zip(FACTOR_AXES, g.factors, strict=True):
             if fn is not None:
                 dom, idx = at.axes[ax]

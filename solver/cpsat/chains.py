@@ -1,14 +1,16 @@
 """A compiled group of terms as CP-SAT constraints: start table, then one factor at a time.
 
-start: X0 = Σ_row c_row·y_row (per key literal of r or z when the start depends on one); each
-factor num/den over an axis: X_{i+1} = ceil(num·X_i/den) (costs) or floor (credits) when that axis
-value is chosen, as two linear inequalities. The model's value equals `Compiled.value` exactly.
+start: X0 = Σ_k c_k·start(row_k, key_k) over the combinations k (each fixes a row and the
+recomputation and ZeRO stage a start may be keyed by); each factor num/den over an axis:
+X_{i+1} = ceil(num·X_i/den) (costs) or floor (credits) when that axis value is chosen, as two
+linear inequalities. The model's value equals `Compiled.value` exactly.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from meshplan.solver.costmodel.terms import FACTOR_AXES, Compiled, Group
@@ -23,43 +25,36 @@ def _bounded(x: int) -> int:
     return x
 
 
+def _coefs(ax: Axes, comp: Compiled, g: Group) -> list[int]:
+    """The group's integer start of every combination."""
+    tb, rows = ax.tb, ax.col["lay"]
+    if g.sel is None:
+        return tb.starts(comp, g, None)[rows].tolist()
+    out = np.zeros(ax.k, dtype=object)
+    for kv, keys in ax.key_positions(g.sel, g.key).items():
+        hit = np.isin(ax.col[g.sel], keys)
+        out[hit] = tb.starts(comp, g, kv)[rows[hit]]
+    return [int(x) for x in out.tolist()]
+
+
 def group_var(
     m: cp_model.CpModel, ax: Axes, comp: Compiled, g: Group
 ) -> tuple[cp_model.IntVar | int, int]:
     """The group's value as a variable (or 0) and its upper bound."""
-    rows = list(ax.lay)
-    ys = [ax.lay[r] for r in rows]
-    tb = ax.tables
-    if g.sel is None:
-        coefs = [tb.start(comp, g, r, None) for r in rows]
-        lo, hi = min(coefs), _bounded(max(coefs))
-        if hi == lo == 0:
-            return 0, 0
-        x = m.new_int_var(min(lo, 0), hi, "x0")
-        m.add(x == cp_model.LinearExpr.weighted_sum(ys, coefs))
-    else:
-        keyvals = ax.key_values(g.sel, g.key)
-        table = {kv: [tb.start(comp, g, r, kv) for r in rows] for kv in keyvals}
-        lo = min(min(c) for c in table.values())
-        hi = _bounded(max(max(c) for c in table.values()))
-        if hi == lo == 0:
-            return 0, 0
-        x = m.new_int_var(min(lo, 0), hi, "x0")
-        for kv, coefs in table.items():
-            lit = ax.key_literal(g.sel, g.key, kv)
-            expr = cp_model.LinearExpr.weighted_sum(ys, coefs)
-            if lit is True:
-                m.add(x == expr)
-            else:
-                m.add(x == expr).only_enforce_if(lit)
+    coefs = _coefs(ax, comp, g)
+    lo, hi = min(coefs), _bounded(max(coefs))
+    if hi == lo == 0:
+        return 0, 0
+    x = m.new_int_var(min(lo, 0), hi, "x0")
+    m.add(x == cp_model.LinearExpr.weighted_sum(ax.combo, coefs))
     for axis, fn in zip(FACTOR_AXES, g.factors, strict=True):
         if fn is None:
             continue
         # Axis values that share a factor share one literal (their one-hot sum): far fewer links.
-        fr = tb.fracs(axis, fn)
-        by_frac: dict[Fraction, list[object]] = {}
-        for k in ax.vals[axis]:
-            by_frac.setdefault(fr[k], []).append(k)
+        fr, dom = ax.tb.sp.cm.fracs, ax.tb.domain[axis]
+        by_frac: dict[Fraction, list[int]] = {}
+        for i in ax.values(axis):
+            by_frac.setdefault(fr(fn, dom[i]), []).append(i)
         nhi = _bounded(max(-(-hi * f.numerator // f.denominator) for f in by_frac))
         nlo = min(0, min(lo * f.numerator // f.denominator for f in by_frac))
         y = m.new_int_var(nlo, nhi, "x")

@@ -11,11 +11,14 @@ model stays small, and CP-SAT still proves the optimum over the rows it holds.
 from __future__ import annotations
 
 import bisect
+import math
 import threading
 import time
 from dataclasses import dataclass, field
 
-from meshplan.solver.costmodel import Layout, Point
+import numpy as np
+
+from meshplan.solver.costmodel import Point
 from meshplan.solver.cpsat.build import build
 from meshplan.solver.cpsat.solve import Solved, solve
 from meshplan.solver.cpsat.tables import Stopped, Tables
@@ -25,6 +28,8 @@ FIRST_ROWS = 2  # rows in the first model; a model found infeasible doubles its 
 REFINE_BATCH = 32  # rows whose fine bounds are computed at once
 GROW_MIN = 4  # rows a round adds at least, when rows below the optimum were left out
 INF = float("inf")
+ALT_MARGIN = 0.02  # an alternative is first looked for within 2% of the last answer
+CAP_LIMIT = 1 << 60  # a cap raised past this is dropped
 
 
 @dataclass
@@ -43,18 +48,20 @@ class Found:
 
 class _Rows:
     """Rows by bound: the coarse order of every row, the fine bounds of those looked at, and
-    the rows in the model. A row not refined yet has a fine bound at least its coarse one."""
+    the rows in the model (positions in the space's layouts). A row not refined yet has a fine
+    bound at least its coarse one."""
 
     def __init__(self, tables: Tables) -> None:
         self.tb = tables
         co = tables.coarse()
-        self.todo = sorted((r for r in co if co[r] is not None), key=lambda r: co[r])
+        order = np.argsort(co, kind="stable")
+        self.todo: list[int] = order[: int(np.isfinite(co).sum())].tolist()
         self.pos = 0  # todo[pos:] are not refined yet
-        self.ranked: list[tuple[int, Layout]] = []  # refined rows that can fit, by fine bound
-        self.model: list[Layout] = []
+        self.ranked: list[tuple[float, int]] = []  # refined rows that can fit, by fine bound
+        self.model: list[int] = []
 
     def _next_coarse(self) -> float:
-        return self.tb.coarse()[self.todo[self.pos]] if self.pos < len(self.todo) else INF
+        return float(self.tb.coarse()[self.todo[self.pos]]) if self.pos < len(self.todo) else INF
 
     def _refine(self, k: int) -> None:
         """Refine the next k rows in coarse order."""
@@ -64,10 +71,10 @@ class _Rows:
         self.tb.refine(batch)
         for r in batch:
             b = self.tb.bound(r)
-            if b is not None:
+            if b < INF:
                 bisect.insort(self.ranked, (b, r))
 
-    def _out(self) -> list[tuple[int, Layout]]:
+    def _out(self) -> list[tuple[float, int]]:
         have = set(self.model)
         return [(b, r) for b, r in self.ranked if r not in have]
 
@@ -87,8 +94,7 @@ class _Rows:
 
     def lower(self) -> float:
         """A lower bound on every row, in the model or not."""
-        inside = [self.tb.bound(r) for r in self.model]
-        return min([b for b in inside if b is not None] + [self.next_bound()])
+        return min([self.tb.bound(r) for r in self.model] + [self.next_bound()])
 
     def next_bound(self) -> float:
         """A lower bound on every row left out of the model."""
@@ -146,6 +152,22 @@ def search(
     return out
 
 
+def _incumbent(tables: Tables, hint: Point | None, rows: _Rows) -> tuple[int, Point] | None:
+    """The best fitting point known before the first model (the hint, or where the best row's
+    fine bound is reached): its objective bounds the optimum from above."""
+    cands = [hint, tables.guess(rows.model[0])] if rows.model else [hint]
+    best = None
+    for p in cands:
+        if p is None or p.lay not in tables.index:
+            continue
+        i = tables.index[p.lay]
+        if tables.sp.cm.fits(p, tables.rows, i):
+            obj = tables.sp.cm.objective_int(p, tables.rows, i)
+            if best is None or obj < best[0]:
+                best = (obj, p)
+    return best
+
+
 def _solve_one(
     sp: Space,
     tables: Tables,
@@ -157,13 +179,26 @@ def _solve_one(
     stop: threading.Event | None,
     out: Found,
 ) -> Solved | None:
-    """Solve over growing row sets until the answer is proven against the rows left out."""
+    """Solve over growing row sets until the answer is proven against the rows left out.
+
+    A cap on the objective keeps each model small: every (row, db, te, r, z) whose bound
+    exceeds it is left out. For the best point the cap is the objective of a point known to fit
+    (then of each round's optimum), which cannot exclude the optimum. For an alternative it is
+    a guess a little above the last answer, raised while nothing is found below it."""
     prev = None  # the optimum over a smaller row set
+    if out.points:
+        base = sp.cm.objective_int(out.points[-1])
+        cap: float | None = base + max(1, math.ceil(ALT_MARGIN * base))
+    else:
+        best = _incumbent(tables, hint, rows)
+        base, cap = 0, (best[0] if best is not None else None)
+        if best is not None and (hint is None or not _fits(tables, hint)):
+            hint = best[1]
     while True:
         if prev is not None and (time.perf_counter() >= deadline or (stop and stop.is_set())):
             raise Stopped(_best_so_far(sp, prev, rows))
-        b = build(sp.restrict(rows.model), tables, tuple(out.points))
-        if hint is None or hint.lay not in b.axes.lay:
+        b = build(tables, rows.model, tuple(out.points), cap)
+        if hint is None or not b.axes.holds(hint):
             hint = tables.guess(rows.model[0])  # where the best bound is reached
         if hint is not None:
             b.axes.hint(hint)
@@ -172,12 +207,16 @@ def _solve_one(
         out.rounds += 1
         out.solve_time_s += res.solve_time_s
         nv, nc = len(b.model.proto.variables), len(b.model.proto.constraints)
-        if len(b.axes.lay) >= out.num_rows:
-            out.num_variables, out.num_constraints, out.num_rows = nv, nc, len(b.axes.lay)
+        if len(rows.model) >= out.num_rows:
+            out.num_variables, out.num_constraints, out.num_rows = nv, nc, len(rows.model)
         if res.status == "INFEASIBLE":
-            if not rows.any_left():
+            if rows.any_left() and (cap is None or rows.next_bound() <= cap):
+                rows.add_best(len(rows.model))
+            elif cap is None:
                 return None
-            rows.add_best(len(rows.model))
+            else:  # nothing below the cap anywhere: raise it (a tenfold margin each time)
+                margin = (cap - base) * 10
+                cap = base + margin if margin < CAP_LIMIT else None
             continue
         if res.status != "OPTIMAL" or res.point is None:
             if res.point is None and prev is not None:
@@ -185,11 +224,17 @@ def _solve_one(
                 return _best_so_far(sp, prev, rows)
             return res
         hint = prev = res.point
+        cap = res.objective if cap is None else min(cap, res.objective)
         try:
             if rows.cover(res.objective, gap):
                 return res
         except Stopped:
             raise Stopped(_best_so_far(sp, prev, rows)) from None
+
+
+def _fits(tables: Tables, p: Point) -> bool:
+    i = tables.index.get(p.lay)
+    return i is not None and tables.sp.cm.fits(p, tables.rows, i)
 
 
 def _best_so_far(sp: Space, prev: Point, rows: _Rows) -> Solved:

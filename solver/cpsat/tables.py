@@ -1,19 +1,24 @@
-"""The cost model's integer tables for one space, computed once and shared by every model built
-over it (row generation rebuilds the model several times), and the bounds of `bounds.py`,
-coarse for every row and fine for the rows the search looks at."""
+"""The cost model's tables for one space, computed once and shared by every model built over it
+(row generation rebuilds the model several times): integer start tables over all layout rows,
+the factors of every axis value, which axis values agree with which rows (by classes of rows),
+and the bounds of `bounds.py`, coarse for every row and fine for the rows the search looks at.
+Rows are referred to by their position in `sp.layouts` (an int)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from fractions import Fraction
+from functools import cached_property
 
 import numpy as np
 
 from meshplan.solver.costmodel import Layout, Point
 from meshplan.solver.costmodel.point import Rows
-from meshplan.solver.costmodel.terms import Compiled, Factor, Group
+from meshplan.solver.costmodel.terms import FACTOR_AXES, Compiled, Factor, Group
 from meshplan.solver.cpsat.bounds import Fine, coarse_bounds, fine_bounds
 from meshplan.solver.space import Space
+
+AXES = ("pv", "db", "te", "r", "z")
 
 
 class Stopped(Exception):
@@ -21,105 +26,199 @@ class Stopped(Exception):
 
 
 class Tables:
-    """Caches of integer starts, factors, compatible values and row bounds for one space."""
+    """Start tables, factors, compatible axis values and row bounds for one space."""
 
     def __init__(self, sp: Space, check: Callable[[], None] = lambda: None) -> None:
         self.sp = sp
         self.check = check  # raises Stopped when the solve must end
         self.rows: Rows = sp.rows
-        self.index = {r: i for i, r in enumerate(sp.layouts)}
-        self._fracs: dict[tuple[int, str], dict[object, Fraction]] = {}
-        self._compat: dict[tuple[str, object], list[object]] = {}
-        self._ffracs: dict[tuple[int, str], dict[object, float]] = {}
-        self._ext: dict[tuple[int, str, object], tuple[float, float] | None] = {}
-        self._coarse: dict[Layout, int | None] | None = None
-        self._fine: dict[Layout, Fine] = {}
+        self.n = len(sp.layouts)
+        self.domain: dict[str, list] = {
+            "pv": sp.pv,
+            "db": sp.db,
+            "te": sp.te,
+            "r": sp.rs,
+            "z": sp.zs,
+        }
+        self.pos = {a: {v: i for i, v in enumerate(d)} for a, d in self.domain.items()}
+        # Rows agree with the same axis values when they share a class: their pp (pv), dp (db),
+        # (tp, dp·cp) (te: the expert groups that fold into tp·cp·dp) or (pp > 1, dp·cp > 1) (z).
+        R = self.rows
+        shard = R.dp * R.cp
+        keys = {
+            "pv": R.pp,
+            "db": R.dp,
+            "te": R.tp * (1 << 32) + shard,
+            "z": (R.pp > 1) * 2 + (shard > 1),
+        }
+        self.cls: dict[str, np.ndarray] = {}
+        self.members: dict[str, list[np.ndarray]] = {}
+        self._flat: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        for axis, k in keys.items():
+            uniq, first, inv = np.unique(k, return_index=True, return_inverse=True)
+            self.cls[axis] = inv.astype(np.int64).reshape(-1)
+            self.members[axis] = self._agree(axis, [sp.layouts[i] for i in first.tolist()])
+            sizes = np.array([len(m) for m in self.members[axis]], dtype=np.int64)
+            flat = np.concatenate([*self.members[axis], np.zeros(0, np.int64)]).astype(np.int64)
+            offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+            self._flat[axis] = (flat, offsets, sizes)
+        z_of = self.members["z"]
+        self.z_ok = np.zeros((len(z_of), len(sp.zs)), dtype=bool)
+        for c, m in enumerate(z_of):
+            self.z_ok[c, m] = True
+        self._fracs: dict[tuple[Factor, str], dict[object, Fraction]] = {}
+        self._ffracs: dict[tuple[Factor, str], np.ndarray] = {}
+        self._fmat: dict[tuple[str, str], np.ndarray] = {}
+        self._stack: dict[tuple[Compiled, str | None], tuple[np.ndarray, np.ndarray] | None] = {}
+        self._coarse: np.ndarray | None = None
+        self._fine: dict[int, Fine] = {}
 
+    def _agree(self, axis: str, rows: list[Layout]) -> list[np.ndarray]:
+        """Per row (one of each class): positions of the axis values that agree with it
+        (Space.compatible)."""
+        sp = self.sp
+        if axis == "z":
+            pos = self.pos["z"]
+            return [np.array([pos[z] for z in sp.zero_values(r)], dtype=np.int64) for r in rows]
+        if not self.domain[axis]:
+            return [np.zeros(0, dtype=np.int64) for _ in rows]
+        dom = np.array(self.domain[axis], dtype=np.int64)
+        if axis == "pv":
+            return [np.flatnonzero(dom[:, 0] == r.pp) for r in rows]
+        if axis == "db":
+            return [np.flatnonzero(dom[:, 0] == r.dp) for r in rows]
+        group = dom[:, 1] * dom[:, 2]
+        return [
+            np.flatnonzero((dom[:, 0] == r.tp) & ((r.tp * r.cp * r.dp) % group == 0)) for r in rows
+        ]
+
+    @cached_property
+    def factor_fns(self) -> dict[str, dict[Factor, int]]:
+        """Per factor axis: every factor of the cost model, numbered from 1 (0: no factor)."""
+        out: dict[str, dict[Factor, int]] = {a: {} for a in FACTOR_AXES}
+        for comp in self.sp.cm.compiled():
+            for g in comp.groups:
+                for axis, fn in zip(FACTOR_AXES, g.factors, strict=True):
+                    if fn is not None and fn not in out[axis]:
+                        out[axis][fn] = len(out[axis]) + 1
+        return out
+
+    def factor_matrix(self, axis: str, kind: str) -> np.ndarray:
+        """Every factor of the axis (rows, as numbered by `factor_fns`; row 0 is 1) over the
+        axis' domain (kind "dom") or its least / greatest per class of rows ("lo", "hi")."""
+        k = (axis, kind)
+        if k not in self._fmat:
+            fns = list(self.factor_fns[axis])
+            dom = np.ones((1 + len(fns), len(self.domain[axis])))
+            for i, fn in enumerate(fns):
+                dom[1 + i] = self.float_fracs(axis, fn)
+            self._fmat[(axis, "dom")] = dom
+            flat, offsets, sizes = self._flat[axis]
+            v = dom[:, flat]
+            pad = np.ones((len(dom), 1))
+            empty = sizes == 0
+            lo = np.minimum.reduceat(np.hstack([v, pad * np.inf]), offsets, axis=1)
+            hi = np.maximum.reduceat(np.hstack([v, pad * -np.inf]), offsets, axis=1)
+            self._fmat[(axis, "lo")] = np.where(empty, np.nan, lo)
+            self._fmat[(axis, "hi")] = np.where(empty, np.nan, hi)
+        return self._fmat[k]
+
+    def stacked(self, comp: Compiled, sel: str | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """The groups of a compiled sum with this selector: their integer starts as floats,
+        (groups, |sel values|, rows), and their factors' numbers per axis, (3, groups)."""
+        k = (comp, sel)
+        if k not in self._stack:
+            gs = [g for g in comp.groups if g.sel == sel]
+            if not gs:
+                self._stack[k] = None
+            else:
+                vals = [None] if sel is None else self.domain[sel]
+                start = np.array(
+                    [
+                        [self.starts(comp, g, None if v is None else g.key(v)) for v in vals]
+                        for g in gs
+                    ],
+                    dtype=float,
+                )
+                idx = np.array(
+                    [
+                        [
+                            0 if fn is None else self.factor_fns[a][fn]
+                            for g in gs
+                            for fn in [g.factors[i]]
+                        ]
+                        for i, a in enumerate(FACTOR_AXES)
+                    ],
+                    dtype=np.int64,
+                )
+                self._stack[k] = (start, idx)
+        return self._stack[k]
+
+    @cached_property
+    def index(self) -> dict[Layout, int]:
+        return {r: i for i, r in enumerate(self.sp.layouts)}
+
+    # -- start tables and factors -----------------------------------------------------------
     def starts(self, comp: Compiled, g: Group, keyval: object) -> np.ndarray:
         """The group's integer start for every layout row of the space, in `sp.layouts` order
         (each table computed once, over all rows at once; a stop is checked between tables)."""
-        k = (g, keyval, comp.scale, comp.up)
-        if k not in self.rows.memo:
+        if (g, keyval, comp.scale, comp.up) not in self.rows.memo:
             self.check()
         return g.int_starts(self.rows, keyval, comp.scale, comp.up)
 
-    def start(self, comp: Compiled, g: Group, row: Layout, keyval: object) -> int:
-        return int(self.starts(comp, g, keyval)[self.index[row]])
-
     def fracs(self, axis: str, fn: Factor) -> dict[object, Fraction]:
-        """The factor of every value of the axis in the full space."""
-        k = (id(fn), axis)
+        """The factor of every value of the axis in the space."""
+        k = (fn, axis)
         if k not in self._fracs:
             fr = self.sp.cm.fracs
-            self._fracs[k] = {v: fr(fn, v) for v in self._domain(axis)}
+            self._fracs[k] = {v: fr(fn, v) for v in self.domain[axis]}
         return self._fracs[k]
 
-    def _domain(self, axis: str) -> list[object]:
-        return {"pv": self.sp.pv, "db": self.sp.db, "te": self.sp.te}[axis]
-
-    @staticmethod
-    def _class(axis: str, row: Layout) -> object:
-        if axis == "pv":
-            return row.pp
-        if axis == "db":
-            return row.dp
-        if axis == "z":
-            return (row.pp == 1, row.dp * row.cp == 1)
-        return (row.tp, row.dp * row.cp)
-
-    def compatible(self, axis: str, row: Layout) -> list[object]:
-        """`Space.compatible`, computed once per class of rows (same pp, dp, tp and dp·cp, or
-        what decides the ZeRO stages)."""
-        k = (axis, self._class(axis, row))
-        if k not in self._compat:
-            self._compat[k] = self.sp.compatible(axis, row)
-        return self._compat[k]
-
-    def float_fracs(self, axis: str, fn: Factor) -> dict[object, float]:
-        """`fracs` as floats (for the bounds, whose margin covers the rounding)."""
-        k = (id(fn), axis)
+    def float_fracs(self, axis: str, fn: Factor) -> np.ndarray:
+        """The factors as floats, in domain order (for the bounds, whose margin covers the
+        rounding)."""
+        k = (fn, axis)
         if k not in self._ffracs:
-            self._ffracs[k] = {v: float(f) for v, f in self.fracs(axis, fn).items()}
+            num, den = self.sp.cm.fracs.arrays(fn, self.domain[axis])
+            self._ffracs[k] = num.astype(float) / den.astype(float)
         return self._ffracs[k]
 
-    def extremes(self, axis: str, fn: Factor, row: Layout) -> tuple[float, float] | None:
-        """The least and greatest factor of the axis values that agree with the row."""
-        k = (id(fn), axis, self._class(axis, row))
-        if k not in self._ext:
-            fr = self.float_fracs(axis, fn)
-            fs = [fr[v] for v in self.compatible(axis, row)]
-            self._ext[k] = (min(fs), max(fs)) if fs else None
-        return self._ext[k]
+    def agree(self, axis: str, row: int) -> np.ndarray:
+        """Positions (in the axis' domain) of the values that agree with row `row`."""
+        return self.members[axis][self.cls[axis][row]]
 
-    def coarse(self) -> dict[Layout, int | None]:
-        """The coarse bound of every row of the space (None: nothing in the row fits)."""
+    def compatible(self, axis: str, row: int) -> list:
+        dom = self.domain[axis]
+        return [dom[i] for i in self.agree(axis, row).tolist()]
+
+    # -- bounds --------------------------------------------------------------------------
+    def coarse(self) -> np.ndarray:
+        """The coarse bound of every row of the space (inf: nothing in the row fits)."""
         if self._coarse is None:
-            self._coarse = coarse_bounds(self, self.sp.layouts)
+            self._coarse = coarse_bounds(self, np.arange(self.n, dtype=np.int64))
         return self._coarse
 
-    def refine(self, rows: list[Layout]) -> None:
+    def refine(self, rows: list[int]) -> None:
         """Compute the fine bounds of these rows (those not done already)."""
         todo = [r for r in rows if r not in self._fine]
         if todo:
             self._fine.update(fine_bounds(self, todo))
 
-    def bound(self, row: Layout) -> int | None:
-        """The row's best bound so far: fine once refined, else coarse."""
+    def fine(self, row: int) -> Fine:
+        self.refine([row])
+        return self._fine[row]
+
+    def bound(self, row: int) -> float:
+        """The row's best bound so far: fine once refined, else coarse (inf: nothing fits)."""
         f = self._fine.get(row)
-        return f.bound if f is not None else self.coarse()[row]
+        return f.bound if f is not None else float(self.coarse()[row])
 
-    def cell_bound(
-        self, row: Layout, db: tuple[int, int, int], te: tuple[int, int, int]
-    ) -> int | None:
-        """A lower bound for the row with that micro-batch shape and ep (None: nothing fits)."""
-        self.refine([row])
-        return self._fine[row].cells[(db, te)]
-
-    def guess(self, row: Layout) -> Point | None:
-        """A point of the row where its fine bound is reached (one chunk per stage): a hint."""
-        self.refine([row])
-        at = self._fine[row].at
-        if at is None:
+    def guess(self, row: int) -> Point | None:
+        """A point of the row where its fine bound is reached: a hint."""
+        f = self.fine(row)
+        if f.at is None:
             return None
-        (_, b, m), (_, e, et), r, z = at
-        return Point(row, 1, b, m, e, et, r, z)
+        c, ri, zi = f.at
+        (_, b, m), (_, e, et) = self.sp.db[f.db[c]], self.sp.te[f.te[c]]
+        v = self.sp.pv[f.pv[c, ri, zi]][1]
+        return Point(self.sp.layouts[row], v, b, m, e, et, self.sp.rs[ri], self.sp.zs[zi])

@@ -1,115 +1,170 @@
-"""One-hot Booleans per axis, channelled to the layout rows, with small query methods."""
+"""The decision variables: one Boolean per combination of a layout row, a micro-batch shape
+(dp, b, M), an expert group (tp, ep, etp), a recomputation and a ZeRO stage that the row allows
+and whose bound does not exceed the best objective known, and one-hot Booleans over the
+pipeline (pp, v) values, channelled to the chosen row's pp. Literals of axis values are sums of
+combinations, made when a constraint needs one."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections.abc import Callable, Sequence
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from meshplan.solver.costmodel import Point
 from meshplan.solver.cpsat.tables import Tables
-from meshplan.solver.space import Space
+
+Literal = cp_model.IntVar | bool
 
 
 class Axes:
-    """The decision variables: which layout row, which (pp, v), (dp, b, M), (tp, ep, etp), r, z."""
+    """The combinations (row, db, te, r, z), the pipeline values, and literals of axis values."""
 
-    def __init__(self, m: cp_model.CpModel, sp: Space, tables: Tables) -> None:
-        self.m, self.sp, self.tables = m, sp, tables
-        self.lay = {r: m.new_bool_var(f"lay{i}") for i, r in enumerate(sp.layouts)}
-        self.vals: dict[str, dict[object, cp_model.IntVar]] = {
-            "pv": {k: m.new_bool_var(f"pv{k}") for k in sp.pv},
-            "db": {k: m.new_bool_var(f"db{k}") for k in sp.db},
-            "te": {k: m.new_bool_var(f"te{k}") for k in sp.te},
-            "r": {k: m.new_bool_var(f"r{k.value}") for k in sp.rs},
-            "z": {k: m.new_bool_var(f"z{k}") for k in sp.zs},
+    def __init__(
+        self, m: cp_model.CpModel, tb: Tables, rows: Sequence[int], cap: float | None
+    ) -> None:
+        self.m, self.tb = m, tb
+        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("lay", "db", "te", "r", "z", "lb")}
+        for r in rows:
+            f = tb.fine(r)
+            ok = np.isfinite(f.by_rz) if cap is None else f.by_rz <= cap
+            c, ri, zi = np.nonzero(ok)
+            for k, v in zip(
+                ("lay", "db", "te", "r", "z", "lb"),
+                (np.full(len(c), r), f.db[c], f.te[c], ri, zi, f.by_rz[c, ri, zi]),
+                strict=True,
+            ):
+                cols[k].append(v)
+        self.col = {
+            k: np.concatenate(v).astype(float if k == "lb" else np.int64) for k, v in cols.items()
         }
-        m.add_exactly_one(self.lay.values())
-        for d in self.vals.values():
-            m.add_exactly_one(d.values())
-        self._channel()
-        self._keys: dict[tuple[str, object], cp_model.IntVar | bool] = {}
+        self.lb = self.col.pop("lb")
+        self.k = len(self.lb)
+        self.combo = [m.new_bool_var(f"c{i}") for i in range(self.k)]
+        m.add_exactly_one(self.combo)
+        sp = tb.sp
+        pps = sorted({sp.layouts[r].pp for r in set(self.col["lay"].tolist())})
+        self.pv = {
+            i: m.new_bool_var(f"pv{v}") for i, v in enumerate(sp.pv) if v[0] in pps
+        }  # position in sp.pv -> Boolean
+        m.add_exactly_one(self.pv.values())
+        self._lits: dict[tuple[str, frozenset[int]], Literal] = {}
+        self._channel(pps)
 
-    def _rows(self, key) -> dict[object, list[cp_model.IntVar]]:  # noqa: ANN001
-        out: dict[object, list[cp_model.IntVar]] = defaultdict(list)
-        for r, y in self.lay.items():
-            out[key(r)].append(y)
+    def _channel(self, pps: list[int]) -> None:
+        """The pipeline's pp is the chosen row's; interleaving only with a micro-batch count the
+        schedule can run (not both, one constraint per pp)."""
+        m, sp = self.m, self.tb.sp
+        row_pp = np.array([sp.layouts[r].pp for r in self.col["lay"].tolist()], dtype=np.int64)
+        for pp in pps:
+            pvs = [b for i, b in self.pv.items() if sp.pv[i][0] == pp]
+            if len(pps) > 1:
+                m.add(sum(pvs) == self.sum_where(row_pp == pp))
+            bad_pv = [b for i, b in self.pv.items() if sp.pv[i][0] == pp and sp.pv[i][1] > 1]
+            dbs = self.values("db")
+            bad_db = [d for d in dbs if not sp.pipeline_fits_batch((pp, 2), sp.db[d])]
+            if bad_pv and bad_db:
+                m.add(sum(bad_pv) + self.sum_where(np.isin(self.col["db"], bad_db)) <= 1)
+
+    def sum_where(self, mask: np.ndarray) -> cp_model.LinearExprT:
+        return cp_model.LinearExpr.sum([self.combo[i] for i in np.flatnonzero(mask).tolist()])
+
+    def values(self, axis: str) -> list[int]:
+        """Positions of the axis values in the model (rows for "lay")."""
+        if axis == "pv":
+            return list(self.pv)
+        return np.unique(self.col[axis]).tolist()
+
+    def any_of(self, axis: str, keys: Sequence[int]) -> Literal:
+        """A literal true iff the axis takes one of the values at these positions (True when
+        the model holds no other)."""
+        k = (axis, frozenset(keys))
+        if k not in self._lits:
+            if axis == "pv":
+                if len(keys) == len(self.pv):
+                    self._lits[k] = True
+                elif len(keys) == 1:
+                    self._lits[k] = self.pv[keys[0]]
+                else:
+                    lit = self.m.new_bool_var("pv_in")
+                    self.m.add(lit == sum(self.pv[i] for i in keys))
+                    self._lits[k] = lit
+            else:
+                mask = np.isin(self.col[axis], list(keys))
+                if mask.all():
+                    self._lits[k] = True
+                elif mask.sum() == 1:
+                    self._lits[k] = self.combo[int(np.flatnonzero(mask)[0])]
+                else:
+                    lit = self.m.new_bool_var(f"{axis}_in")
+                    self.m.add(lit == self.sum_where(mask))
+                    self._lits[k] = lit
+        return self._lits[k]
+
+    def key_positions(self, axis: str, key: Callable[[object], object]) -> dict[object, list[int]]:
+        """The positions of the axis values in the model, by their key."""
+        dom = self.tb.domain[axis]
+        out: dict[object, list[int]] = {}
+        for i in self.values(axis):
+            out.setdefault(key(dom[i]), []).append(i)
         return out
 
-    def _channel(self) -> None:
-        """A composite axis picks the component its layout row has (sum over one = the row's)."""
-        m = self.m
-        for comp, axis, idx in (("pp", "pv", 0), ("dp", "db", 0), ("tp", "te", 0)):
-            rows = self._rows(lambda r, c=comp: getattr(r, c))
-            groups: dict[object, list[cp_model.IntVar]] = defaultdict(list)
-            for k, b in self.vals[axis].items():
-                groups[k[idx]].append(b)
-            for val in set(rows) | set(groups):
-                m.add(sum(groups.get(val, [])) == sum(rows.get(val, [])))
-        # The expert group and the ZeRO stage agree with the chosen row (Space.compatible).
-        for axis in ("te", "z"):
-            ok: dict[object, list[cp_model.IntVar]] = defaultdict(list)
-            for r, y in self.lay.items():
-                for k in self.sp.compatible(axis, r):
-                    ok[k].append(y)
-            for k, b in self.vals[axis].items():
-                if len(ok[k]) < len(self.lay):
-                    m.add(b <= sum(ok[k]))
-        # Interleaving with a micro-batch count the schedule cannot run: not both (one
-        # constraint per pp, since the chosen (pp, v) carries the row's pp).
-        for pp in sorted({p for p, _ in self.vals["pv"]}):
-            bad_pv = [b for (p, v), b in self.vals["pv"].items() if p == pp and v > 1]
-            bad_db = [
-                b for d, b in self.vals["db"].items() if not self.sp.pipeline_fits_batch((pp, 2), d)
-            ]
-            if bad_pv and bad_db:
-                m.add(sum(bad_pv) + sum(bad_db) <= 1)
+    # -- points -------------------------------------------------------------------------
+    def _find(self, p: Point) -> tuple[int, int] | None:
+        """(combination, pipeline position) of a point, None when the model does not hold it."""
+        tb = self.tb
+        row = tb.index.get(p.lay)
+        pos = tb.pos
+        try:
+            want = {
+                "lay": row,
+                "db": pos["db"][p.axis("db")],
+                "te": pos["te"][p.axis("te")],
+                "r": pos["r"][p.r],
+                "z": pos["z"][p.z],
+            }
+            pv = pos["pv"][p.axis("pv")]
+        except KeyError:
+            return None
+        if row is None or pv not in self.pv:
+            return None
+        hit = np.ones(self.k, dtype=bool)
+        for a, v in want.items():
+            hit &= self.col[a] == v
+        found = np.flatnonzero(hit)
+        return (int(found[0]), pv) if len(found) else None
 
-    def key_literal(self, axis: str, key, keyval: object) -> cp_model.IntVar | bool:  # noqa: ANN001
-        """A literal true iff the axis value maps to `keyval` under `key`."""
-        return self.any_of(axis, [k for k in self.vals[axis] if key(k) == keyval])
-
-    def any_of(self, axis: str, keys: list[object]) -> cp_model.IntVar | bool:
-        """A literal true iff the axis takes one of `keys` (True when that is every value)."""
-        cache = (axis, "any", frozenset(keys))
-        if cache not in self._keys:
-            d = self.vals[axis]
-            if len(keys) == len(d):
-                self._keys[cache] = True
-            elif len(keys) == 1:
-                self._keys[cache] = d[keys[0]]
-            else:
-                lit = self.m.new_bool_var(f"{axis}_in")
-                self.m.add(lit == sum(d[k] for k in keys))
-                self._keys[cache] = lit
-        return self._keys[cache]
-
-    def key_values(self, axis: str, key) -> list[object]:  # noqa: ANN001
-        return sorted({key(k) for k in self.vals[axis]}, key=repr)
+    def holds(self, p: Point) -> bool:
+        return self._find(p) is not None
 
     def hint(self, p: Point) -> None:
-        for r, y in self.lay.items():
-            self.m.add_hint(y, r == p.lay)
-        for axis, d in self.vals.items():
-            want = p.axis(axis)
-            for k, b in d.items():
-                self.m.add_hint(b, k == want)
+        at = self._find(p)
+        if at is None:
+            return
+        for i, b in enumerate(self.combo):
+            self.m.add_hint(b, i == at[0])
+        for i, b in self.pv.items():
+            self.m.add_hint(b, i == at[1])
 
     def chosen(self, solver: cp_model.CpSolver) -> Point:
-        lay = next(r for r, y in self.lay.items() if solver.boolean_value(y))
-        pick = {
-            a: next(k for k, b in d.items() if solver.boolean_value(b))
-            for a, d in self.vals.items()
-        }
-        (_, v), (_, b, mm), (_, e, et) = pick["pv"], pick["db"], pick["te"]
-        return Point(lay, v, b, mm, e, et, pick["r"], pick["z"])
+        k = next(i for i, b in enumerate(self.combo) if solver.boolean_value(b))
+        pv = next(i for i, b in self.pv.items() if solver.boolean_value(b))
+        sp = self.tb.sp
+        c = {a: int(v[k]) for a, v in self.col.items()}
+        (_, b, mm), (_, e, et) = sp.db[c["db"]], sp.te[c["te"]]
+        return Point(sp.layouts[c["lay"]], sp.pv[pv][1], b, mm, e, et, sp.rs[c["r"]], sp.zs[c["z"]])
 
-    def point_literals(self, p: Point) -> list[cp_model.IntVar] | None:
-        """The Booleans that fix a point's layout and batch shape (None: not in this model)."""
-        keys = [(a, p.axis(a)) for a in ("pv", "db", "te")]
-        if p.lay not in self.lay or any(k not in self.vals[a] for a, k in keys):
+    def point_literals(self, p: Point) -> list[Literal] | None:
+        """Literals that fix a point's layout and batch shape (None: not in this model)."""
+        tb = self.tb
+        row = tb.index.get(p.lay)
+        try:
+            keys = [("db", tb.pos["db"][p.axis("db")]), ("te", tb.pos["te"][p.axis("te")])]
+            pv = tb.pos["pv"][p.axis("pv")]
+        except KeyError:
             return None
-        return [self.lay[p.lay], *(self.vals[a][k] for a, k in keys)]
-
-    def size(self) -> int:
-        return len(self.lay) + sum(len(d) for d in self.vals.values())
+        if row is None or pv not in self.pv or row not in self.col["lay"]:
+            return None
+        if any(v not in self.col[a] for a, v in keys):
+            return None
+        return [self.any_of("lay", [row]), self.pv[pv], *(self.any_of(a, [v]) for a, v in keys)]
