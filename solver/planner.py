@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from meshplan.solver import cache
 from meshplan.solver.arch import Arch, resolve_model
 from meshplan.solver.batch_size import batch_choice
 from meshplan.solver.costmodel import CostModel, Point
@@ -59,7 +60,7 @@ def _resolve(req: PlanRequest | EvaluateRequest) -> tuple[Arch, Hardware, CostMo
     H = resolve_cluster(req.cluster)
     t = req.training
     check_request(t.framework, t.precision, H.name, H.fp8)
-    return A, H, CostModel(A, H, req.training, req.search)
+    return A, H, cache.cost_model(A, H, req.training, req.search)
 
 
 def _nparams(A: Arch) -> NumParameters:

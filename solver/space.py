@@ -8,10 +8,11 @@ expert group and ZeRO stage) are given by `Space.compatible`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from math import gcd
 
+from meshplan.solver import cache
 from meshplan.solver.arch import Arch
 from meshplan.solver.batch_size import batch_choice
 from meshplan.solver.costmodel import CostModel, Layout, Point
@@ -130,7 +131,7 @@ class Space:
     @cached_property
     def rows(self) -> Rows:
         """The layout rows as arrays, where the cost model's start tables are computed."""
-        return Rows.of(self.layouts)
+        return cache.rows(self.cm, self.layouts)
 
     # -- per-axis domains ------------------------------------------------------------------
     def tp_values(self) -> list[int]:
@@ -256,18 +257,6 @@ class Space:
     def pipeline_fits_batch(self, pv: tuple[int, int], db: tuple[int, int, int]) -> bool:
         """The pipeline schedule runs this micro-batch count (Megatron's interleaving)."""
         return interleave_ok(self.profile, pv[0], pv[1], db[2])
-
-    def restrict(self, rows: list[Layout]) -> Space:
-        """The same space over some of its layout rows, with the axis values those rows use."""
-        pps, dps = {r.pp for r in rows}, {r.dp for r in rows}
-        tes = {x for r in rows for x in self.compatible("te", r)}
-        return replace(
-            self,
-            layouts=list(rows),
-            pv=[x for x in self.pv if x[0] in pps],
-            db=[x for x in self.db if x[0] in dps],
-            te=[x for x in self.te if x in tes],
-        )
 
     def micro_batch_sizes(self) -> list[int]:
         return sorted({b for _, b, _ in self.db})

@@ -165,7 +165,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         held = c.s / lay.cp * out
         return pick(lay.pp > 1, 0.0, held) if stage == "first" else held
 
-    mb = BatchFactor(1, 0)
+    mb = BatchFactor.of(1, 0)
     terms.append(Term("activations", transient, sel="r", db=mb))
     terms.append(Term("activations", logits, db=mb))
     pairs: list[tuple[Term, Term]] = []
@@ -179,7 +179,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         pairs.append(
             (
                 Term("activations", act, sel="r", pv=q_first, db=mb),
-                Term("activations", act, sel="r", pv=pv_stage, db=BatchFactor(1, 1)),
+                Term("activations", act, sel="r", pv=pv_stage, db=BatchFactor.of(1, 1)),
             )
         )
     else:

@@ -63,6 +63,7 @@ class CostModel:
         recipe: Recipe | None = None,
     ) -> None:
         self.arch, self.hw, self.training = arch, hw, training
+        self.cache_key: tuple | None = None  # set by solver/cache.py when it keeps this model
         self.ctx = Ctx(
             arch,
             hw,

@@ -14,6 +14,7 @@ single layout is a one-row table), and the integer arithmetic over many points a
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -63,10 +64,19 @@ class Term:
 
 class BatchFactor:
     """The factor b^i · M^j of a micro-batch shape (dp, b, M), i and j in {−1, 0, 1}: exact for
-    one value, and as (numerators, denominators) arrays over many at once."""
+    one value, and as (numerators, denominators) arrays over many at once. One object per
+    (i, j) (`BatchFactor.of`), so that equal factors are one column of the bounds' tables."""
+
+    _made: dict[tuple[int, int], BatchFactor] = {}
 
     def __init__(self, b: int, m: int) -> None:
         self.b, self.m = b, m
+
+    @classmethod
+    def of(cls, b: int, m: int) -> BatchFactor:
+        if (b, m) not in cls._made:
+            cls._made[(b, m)] = cls(b, m)
+        return cls._made[(b, m)]
 
     def __call__(self, db: tuple[int, int, int]) -> Fraction:
         num, den = 1, 1
@@ -148,10 +158,14 @@ class Group:
 
 
 class Fractions:
-    """Factor values per axis value, computed once (factors are exact rationals)."""
+    """Factor values per axis value, computed once (factors are exact rationals); and as arrays
+    over the few domains recently asked for (an LRU of `ARRAYS` domains)."""
+
+    ARRAYS = 64
 
     def __init__(self) -> None:
         self._memo: dict[tuple[Factor, object], Fraction] = {}
+        self._arrays: OrderedDict[tuple[Factor, int], tuple] = OrderedDict()
 
     def __call__(self, fn: Factor, v: object) -> Fraction:
         k = (fn, v)
@@ -163,6 +177,18 @@ class Fractions:
     def arrays(self, fn: Factor, domain: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
         """(numerators, denominators) over a domain of axis values (int64, or Python integers
         when one does not fit)."""
+        k = (fn, id(domain))
+        got = self._arrays.get(k)
+        if got is not None and got[0] is domain:  # the domain itself is kept: ids stay unique
+            self._arrays.move_to_end(k)
+            return got[1], got[2]
+        num, den = self._arrays_of(fn, domain)
+        self._arrays[k] = (domain, num, den)
+        while len(self._arrays) > self.ARRAYS * 16:
+            self._arrays.popitem(last=False)
+        return num, den
+
+    def _arrays_of(self, fn: Factor, domain: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(fn, BatchFactor):
             return fn.arrays(domain)
         fs = [self(fn, v) for v in domain]

@@ -38,9 +38,9 @@ class _Axes:
         self.bub = lambda pv: Fraction((pv[0] - 1) * n_chunk(L, pv[0], pv[1]))
         self.chunks = lambda pv: Fraction(pv[1])
         self.hops = lambda pv: Fraction(pv[0] - 1)
-        self.inv_b = BatchFactor(-1, 0)
-        self.inv_m = BatchFactor(0, -1)
-        self.inv_bm = BatchFactor(-1, -1)
+        self.inv_b = BatchFactor.of(-1, 0)
+        self.inv_m = BatchFactor.of(0, -1)
+        self.inv_bm = BatchFactor.of(-1, -1)
         self.pt = lambda lay: _per_token(c, lay)
         self.fx = lambda lay: 1.0 / (lay.dp * c.s)  # per micro-batch -> per step token
 

@@ -55,6 +55,8 @@ class Fine(NamedTuple):
     by_rz: np.ndarray  # (cells, |rs|, |zs|): bound of each (cell, r, z), least over pipelines
     pv: np.ndarray  # (cells, |rs|, |zs|): position of the pipeline value where it is reached
     at: tuple[int, int, int] | None  # (cell, r, z) positions where the bound is reached
+    rest: float  # a bound on the cells not listed (their shapes' coarse bounds exceed `upto`)
+    upto: float  # every cell whose bound may be at most this is listed
 
     def cell(self, db: int, te: int) -> float:
         """The bound of the cell with these db and te positions (inf: none or nothing fits)."""
@@ -63,61 +65,23 @@ class Fine(NamedTuple):
 
 
 class _Units:
-    """Units to bound as index arrays: the rows themselves (coarse), or the points of some rows
-    but for the recomputation and ZeRO stage: (cell, pipeline) pairs, cell-major (fine)."""
+    """The rows to bound coarsely, as index arrays."""
 
-    def __init__(self, tb: Tables, rows: np.ndarray, fine: bool) -> None:
-        self.tb, self.fine = tb, fine
-        if fine:
-            dbs = [tb.members["db"][c] for c in tb.cls["db"][rows].tolist()]
-            tes = [tb.members["te"][c] for c in tb.cls["te"][rows].tolist()]
-            pvs = [tb.members["pv"][c] for c in tb.cls["pv"][rows].tolist()]
-            cells = np.array([len(d) * len(t) for d, t in zip(dbs, tes, strict=True)])
-            npv = np.array([len(v) for v in pvs])
-            self.cells, self.npv = cells, npv
-            self.row_of = np.repeat(np.arange(len(rows)), cells * npv)
-            parts = list(zip(dbs, tes, pvs, strict=True))
-            empty = [np.zeros(0, np.int64)]
-            self.db_of = np.concatenate(
-                [np.repeat(d, len(t) * len(v)) for d, t, v in parts] + empty
-            ).astype(np.int64)
-            self.te_of = np.concatenate(
-                [np.tile(np.repeat(t, len(v)), len(d)) for d, t, v in parts] + empty
-            ).astype(np.int64)
-            self.pv_of = np.concatenate(
-                [np.tile(v, len(d) * len(t)) for d, t, v in parts] + empty
-            ).astype(np.int64)
-        else:
-            self.row_of = np.arange(len(rows), dtype=np.int64)
-        self.at = rows[self.row_of]  # positions in the space's rows
-        self.n = len(self.at)
+    def __init__(self, tb: Tables, rows: np.ndarray) -> None:
+        self.tb = tb
+        self.at = rows  # positions in the space's rows
+        self.n = len(rows)
         self.rs, self.zs = list(tb.sp.rs), list(tb.sp.zs)
         self.z_ok = tb.z_ok[tb.cls["z"][self.at]]
         self._cache: dict[tuple[str, bool], np.ndarray] = {}
 
-    def runs(self) -> np.ndarray:
-        """Fine units only: False where the pipeline schedule cannot run the micro-batch count
-        (interleaving with a count that is not a multiple of pp, Space.pipeline_fits_batch)."""
-        sp = self.tb.sp
-        pv = np.array(sp.pv, dtype=np.int64).reshape(-1, 2)[self.pv_of]
-        m = np.array(sp.db, dtype=np.int64).reshape(-1, 3)[self.db_of, 2]
-        if not sp.profile.interleave_whole_rounds:
-            return np.ones(self.n, dtype=bool)
-        return (pv[:, 1] == 1) | (m % pv[:, 0] == 0)
-
     def factors(self, axis: str, least: bool) -> np.ndarray:
-        """(factors, units): every factor of the axis (as `Tables.factor_fns` numbers them) per
-        unit: the unit's own (fine), else the least (greatest) factor of the axis values that
-        agree with the row."""
+        """(factors, rows): every factor of the axis (as `Tables.factor_fns` numbers them): the
+        least (greatest) over the axis values that agree with the row."""
         key = (axis, least)
         if key not in self._cache:
-            tb = self.tb
-            if self.fine:
-                at = {"db": self.db_of, "te": self.te_of, "pv": self.pv_of}[axis]
-                self._cache[key] = tb.factor_matrix(axis, "dom")[:, at]
-            else:
-                ext = tb.factor_matrix(axis, "lo" if least else "hi")
-                self._cache[key] = ext[:, tb.cls[axis][self.at]]
+            ext = self.tb.factor_matrix(axis, "lo" if least else "hi")
+            self._cache[key] = ext[:, self.tb.cls[axis][self.at]]
         return self._cache[key]
 
 
@@ -149,14 +113,15 @@ def _comp(u: _Units, comp: Compiled, least: bool, split_db: bool = False) -> np.
             small, big = (lo, hi) if least else (hi, lo)
             val = start * np.where(start >= 0, small[:, None, :], big[:, None, :])
         slots = idx[2] if split_db else np.zeros(len(idx[2]), dtype=np.int64)
-        for f in np.unique(slots).tolist():
-            v = val[slots == f].sum(axis=0)  # (|sel|, units)
-            if sel is None:
-                out[:, f] += v[0][:, None, None]
-            elif sel == "r":
-                out[:, f] += v.T[:, :, None]
-            else:
-                out[:, f] += v.T[:, None, :]
+        onehot = np.zeros((len(slots), nf))
+        onehot[np.arange(len(slots)), slots] = 1.0
+        v = np.tensordot(onehot, val, axes=(0, 0))  # (slots, |sel|, units): sums per slot
+        if sel is None:
+            out += v[:, 0].T[:, :, None, None]
+        elif sel == "r":
+            out += v.transpose(2, 0, 1)[:, :, :, None]
+        else:
+            out += v.transpose(2, 0, 1)[:, :, None, :]
     return out if split_db else out[:, 0]
 
 
@@ -165,43 +130,76 @@ def _safe(x: np.ndarray, lower: bool) -> np.ndarray:
     return x - np.abs(x) * SLACK - 1e-6 if lower else x + np.abs(x) * SLACK + 1e-6
 
 
-def _by_rz(u: _Units) -> np.ndarray:
-    """Least objective per (unit, r, z), a whole number; +inf where the least memory overflows."""
+def _sums(u: _Units) -> tuple[np.ndarray, np.ndarray]:
+    """Every compiled sum of the cost model split per db factor, (sums, rows, db factors, |rs|,
+    |zs|), in the order `_combine` reads them, and the direction of each margin (−1: bounded
+    from below)."""
     cm = u.tb.sp.cm
-    fits = np.broadcast_to(u.z_ok[:, None, :], (u.n, len(u.rs), len(u.zs))).copy()
+    comps: list[tuple[Compiled, bool]] = [(cm.objective, True)]
     for st in STAGES:
-        mem = _safe(_comp(u, cm.memory[st].base, True), True)
-        for a, b in cm.memory[st].pairs:
-            mem += np.minimum(_safe(_comp(u, a, True), True), _safe(_comp(u, b, True), True))
-        fits &= mem <= cm.budget
-    t = _safe(_comp(u, cm.objective, True), True)
-    for k, z in enumerate(u.zs):
-        comm, credit = cm.dp[z]
-        c = _safe(_comp(u, comm, True)[:, :, k], True)
-        cr = _safe(_comp(u, credit, False)[:, :, k], False)
-        t[:, :, k] += np.maximum(0.0, c - cr)
+        pairs = cm.memory[st].pairs
+        comps += [(cm.memory[st].base, True)] + [(c, True) for pair in pairs for c in pair]
+    for z in u.zs:
+        comps += [(cm.dp[z][0], True), (cm.dp[z][1], False)]
+    split = np.stack([_comp(u, c, low, True) for c, low in comps])
+    return split, np.array([-1.0 if low else 1.0 for _, low in comps])
+
+
+def _combine(tb: Tables, v: np.ndarray, z_ok: np.ndarray) -> np.ndarray:
+    """From every sum's bound, v: (sums, ..., |rs|, |zs|, ...) with the (r, z) axes at positions
+    1 and 2 after the sums: the least objective where every stage's memory fits (inf
+    elsewhere), a whole number. `z_ok` broadcasts against v[0]."""
+    cm = tb.sp.cm
+    k = 1
+    fits = np.broadcast_to(z_ok, v.shape[1:]).copy()
+    for st in STAGES:
+        used = v[k].copy()
+        k += 1
+        for _ in cm.memory[st].pairs:
+            used += np.minimum(v[k], v[k + 1])
+            k += 2
+        fits &= used <= cm.budget
+    t = v[0].copy()
+    for j in range(len(tb.sp.zs)):
+        t[:, :, j] += np.maximum(0.0, v[k][:, :, j] - v[k + 1][:, :, j])
+        k += 2
     return np.where(fits & ~np.isnan(t), np.floor(t), np.inf)
+
+
+def _margin(v: np.ndarray, sign: np.ndarray) -> np.ndarray:
+    """Move every sum's float bound away from the integer it bounds (sums on axis 0)."""
+    return v + sign.reshape(-1, *([1] * (v.ndim - 1))) * (np.abs(v) * SLACK + 1e-6)
 
 
 def coarse_bounds(tb: Tables, rows: np.ndarray) -> np.ndarray:
     """The coarse bound of each row (inf: nothing in the row fits): every group bounded with the
-    least pv and te factors that agree with the row, summed per db factor, then evaluated at
-    each micro-batch shape of the row (so b, M and the memory they take are traded exactly),
-    the least over shapes, r and z."""
-    u = _Units(tb, rows, fine=False)
-    out = np.full(u.n, np.inf)
+    least pv, te and db factors that agree with the row, each on its own; the least over r and
+    z. Cheap for every row of a large space."""
+    u = _Units(tb, rows)
+    if not u.n:
+        return np.zeros(0)
+    split, sign = _sums(u)
+    cls = tb.cls["db"][u.at]
+    lo = tb.factor_matrix("db", "lo")[:, cls].T[:, :, None, None]  # (rows, F, 1, 1)
+    hi = tb.factor_matrix("db", "hi")[:, cls].T[:, :, None, None]
+    low = (sign < 0).reshape(-1, 1, 1, 1, 1)
+    # A lower bound takes the least factor of a positive sum, the greatest of a negative one;
+    # an upper bound (a credit) the other way round.
+    phi = np.where((split >= 0) == low, lo, hi)
+    v = _margin((split * phi).sum(axis=2), sign)  # (sums, rows, |rs|, |zs|)
+    return _combine(tb, v, u.z_ok[:, None, :]).min(axis=(1, 2))
+
+
+def shape_bounds(tb: Tables, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per row (by position in `rows`): its micro-batch shapes (positions in the db domain) and
+    the bound of each: every group bounded with the least pv and te factors that agree with
+    the row, summed per db factor, then evaluated at each shape (so b, M and the memory they
+    take are traded exactly); the least over r and z."""
+    u = _Units(tb, rows)
+    out: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64), np.zeros(0))] * u.n
     if not u.n:
         return out
-    cm = tb.sp.cm
-    obj = _comp(u, cm.objective, True, True)
-    mem = [
-        (
-            _comp(u, m.base, True, True),
-            [(_comp(u, a, True, True), _comp(u, b, True, True)) for a, b in m.pairs],
-        )
-        for m in (cm.memory[st] for st in STAGES)
-    ]
-    dp = [(_comp(u, cm.dp[z][0], True, True), _comp(u, cm.dp[z][1], False, True)) for z in u.zs]
+    split, sign = _sums(u)
     phi = tb.factor_matrix("db", "dom")  # (1 + db factors, |db|)
     cls = tb.cls["db"][u.at]
     for c in np.unique(cls).tolist():
@@ -209,46 +207,118 @@ def coarse_bounds(tb: Tables, rows: np.ndarray) -> np.ndarray:
         if not len(ds):
             continue
         ix = np.flatnonzero(cls == c)
-        f = phi[:, ds]
-
-        def at(s: np.ndarray, lower: bool = True) -> np.ndarray:
-            return _safe(np.einsum("nfrz,fm->nmrz", s[ix], f), lower)  # noqa: B023
-
-        shape = (len(ix), len(ds), len(u.rs), len(u.zs))
-        fits = np.broadcast_to(u.z_ok[ix][:, None, None, :], shape).copy()
-        for base, pairs in mem:
-            used = at(base)
-            for a, b in pairs:
-                used += np.minimum(at(a), at(b))
-            fits &= used <= cm.budget
-        t = at(obj)
-        for k, (comm, credit) in enumerate(dp):
-            t[..., k] += np.maximum(0.0, at(comm)[..., k] - at(credit, False)[..., k])
-        out[ix] = np.where(fits & ~np.isnan(t), np.floor(t), np.inf).min(axis=(1, 2, 3))
+        x = split[:, ix].transpose(0, 1, 3, 4, 2)  # (sums, rows, |rs|, |zs|, db factors)
+        v = (x.reshape(-1, x.shape[-1]) @ phi[:, ds]).reshape(*x.shape[:-1], len(ds))
+        per = _combine(tb, _margin(v, sign), u.z_ok[ix][:, None, :, None]).min(axis=(1, 2))
+        for j, i in enumerate(ix.tolist()):
+            out[i] = (ds, per[j])
     return out
 
 
-def fine_bounds(tb: Tables, rows: list[int]) -> dict[int, Fine]:
+class _Batch:
+    """Some rows' points but for r and z, as padded axes of arrays: pipelines (P), expert groups
+    (T) and micro-batch shapes (D), positions in the space's domains (`mask`: real entries)."""
+
+    def __init__(self, tb: Tables, rows: list[int], dbs: list[np.ndarray]) -> None:
+        self.tb, self.rows = tb, np.array(rows, dtype=np.int64)
+        self.lists = {
+            "pv": [tb.agree("pv", r) for r in rows],
+            "te": [tb.agree("te", r) for r in rows],
+            "db": dbs,
+        }
+        self.pos: dict[str, np.ndarray] = {}
+        self.mask: dict[str, np.ndarray] = {}
+        for axis, lists in self.lists.items():
+            width = max(1, max(len(x) for x in lists))
+            pos = np.zeros((len(rows), width), dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=bool)
+            for i, x in enumerate(lists):
+                pos[i, : len(x)], mask[i, : len(x)] = x, True
+            self.pos[axis], self.mask[axis] = pos, mask
+        n, nr, nz = len(rows), len(tb.sp.rs), len(tb.sp.zs)
+        self.shape = (n, nr, nz, *(self.pos[a].shape[1] for a in ("pv", "te", "db")))
+
+    def value(self, comp: Compiled) -> np.ndarray:
+        """The real value of a compiled sum at every (row, r, z, P, T, D): per row and selector,
+        two batched matrix products, (starts x pipeline factors) by (expert x batch factors)."""
+        tb = self.tb
+        n, _, _, npv, nte, ndb = self.shape
+        out = np.zeros(self.shape)
+        for sel in (None, "r", "z"):
+            got = tb.stacked(comp, sel)
+            if got is None:
+                continue
+            stack, idx = got
+            g, ns = stack.shape[:2]
+            a = stack[:, :, self.rows].transpose(2, 0, 1)  # (n, groups, |sel|)
+            p = tb.factor_matrix("pv", "dom")[idx[0]][:, self.pos["pv"]].transpose(1, 0, 2)
+            t = tb.factor_matrix("te", "dom")[idx[1]][:, self.pos["te"]].transpose(1, 0, 2)
+            d = tb.factor_matrix("db", "dom")[idx[2]][:, self.pos["db"]].transpose(1, 0, 2)
+            x = (a[:, :, :, None] * p[:, :, None, :]).reshape(n, g, ns * npv)
+            y = (t[:, :, :, None] * d[:, :, None, :]).reshape(n, g, nte * ndb)
+            val = np.matmul(x.transpose(0, 2, 1), y).reshape(n, ns, npv, nte, ndb)
+            if sel is None:
+                out += val[:, 0][:, None, None]
+            elif sel == "r":
+                out += val[:, :, None]
+            else:
+                out += val[:, None, :]
+        return out
+
+    def runs(self) -> np.ndarray:
+        """(rows, P, D): the pipeline schedule runs the micro-batch count (Megatron's
+        interleaving needs a multiple of pp; Space.pipeline_fits_batch)."""
+        sp = self.tb.sp
+        pv = np.array(sp.pv, dtype=np.int64).reshape(-1, 2)[self.pos["pv"]]  # (n, P, 2)
+        m = np.array(sp.db, dtype=np.int64).reshape(-1, 3)[self.pos["db"], 2]  # (n, D)
+        ok = self.mask["pv"][:, :, None] & self.mask["db"][:, None, :]
+        if not sp.profile.interleave_whole_rounds:
+            return ok
+        return ok & ((pv[:, :, 1:2] == 1) | (m[:, None, :] % pv[:, :, 0:1] == 0))
+
+    def bounds(self) -> np.ndarray:
+        """Least objective at every (row, r, z, P, T, D), a whole number; inf where a stage's
+        memory overflows, the framework runs no such ZeRO stage, the schedule no such pipeline,
+        or the entry is padding."""
+        tb, cm = self.tb, self.tb.sp.cm
+        ok = tb.z_ok[tb.cls["z"][self.rows]][:, None, :, None, None, None]
+        ok = ok & self.runs()[:, None, None, :, None, :]
+        ok = ok & self.mask["te"][:, None, None, None, :, None]
+        for st in STAGES:
+            mem = _safe(self.value(cm.memory[st].base), True)
+            for a, b in cm.memory[st].pairs:
+                mem += np.minimum(_safe(self.value(a), True), _safe(self.value(b), True))
+            ok = ok & (mem <= cm.budget)
+        t = _safe(self.value(cm.objective), True)
+        for k, z in enumerate(tb.sp.zs):
+            comm, credit = cm.dp[z]
+            c = _safe(self.value(comm)[:, :, k], True)
+            cr = _safe(self.value(credit)[:, :, k], False)
+            t[:, :, k] += np.maximum(0.0, c - cr)
+        return np.where(ok & ~np.isnan(t), np.floor(t), np.inf)
+
+
+def fine_bounds(tb: Tables, rows: list[int], cap: float = np.inf) -> dict[int, Fine]:
     """Per row: its fine bounds by cell and by (cell, r, z) (the least over the pipelines), the
-    pipeline where each is reached, and where the row's bound is reached."""
-    u = _Units(tb, np.array(rows, dtype=np.int64), fine=True)
-    by_rz = _by_rz(u)
-    by_rz[~u.runs()] = np.inf
-    nr, nz = len(u.rs), len(u.zs)
+    pipeline where each is reached, and where the row's bound is reached. Only the cells of the
+    micro-batch shapes whose coarse bound is at most `cap` are listed; the rest is summarised by
+    the least of those bounds (`Fine.rest`)."""
+    within = [tb.shapes_within(r, cap) for r in rows]
+    batch = _Batch(tb, rows, [d for d, _ in within])
+    nr, nz = batch.shape[1:3]
+    every = batch.bounds()  # (rows, r, z, P, T, D)
     out = {}
-    k = 0
-    for r, cells, npv in zip(rows, u.cells.tolist(), u.npv.tolist(), strict=True):
-        size = cells * npv
-        part = by_rz[k : k + size].reshape(cells, npv, nr, nz)
-        best_pv = part.argmin(axis=1) if npv else np.zeros((cells, nr, nz), np.int64)
-        bounds = part.min(axis=1) if npv else np.full((cells, nr, nz), np.inf)
-        pv_at = u.pv_of[k : k + size].reshape(cells, npv)
-        pv = (
-            np.take_along_axis(pv_at[:, :, None, None], best_pv[:, None], axis=1)[:, 0]
-            if npv
-            else best_pv
-        )
-        sl = slice(k, k + size, max(npv, 1))
+    for i, (r, (_, rest)) in enumerate(zip(rows, within, strict=True)):
+        npv, nte, ndb = (len(batch.lists[a][i]) for a in ("pv", "te", "db"))
+        cells = nte * ndb
+        if npv and cells:
+            b = every[i, :, :, :npv, :nte, :ndb]
+            best = b.argmin(axis=2)
+            bounds = b.min(axis=2).transpose(3, 2, 0, 1).reshape(cells, nr, nz)  # db-major
+            pv = batch.lists["pv"][i][best].transpose(3, 2, 0, 1).reshape(cells, nr, nz)
+        else:
+            bounds = np.full((cells, nr, nz), np.inf)
+            pv = np.zeros((cells, nr, nz), np.int64)
         at = None
         bound = np.inf
         if cells:
@@ -257,6 +327,8 @@ def fine_bounds(tb: Tables, rows: list[int]) -> dict[int, Fine]:
             if bound < np.inf:
                 c, rz = divmod(flat, nr * nz)
                 at = (c, rz // nz, rz % nz)
-        out[r] = Fine(bound, u.db_of[sl], u.te_of[sl], bounds, pv, at)
-        k += size
+        te, db = batch.lists["te"][i], batch.lists["db"][i]
+        out[r] = Fine(
+            min(bound, rest), np.repeat(db, nte), np.tile(te, ndb), bounds, pv, at, rest, cap
+        )
     return out

@@ -71,7 +71,6 @@ def build(
     points (no-good cuts for alternatives). `cap`: the objective of a point known to fit; every
     (row, db, te, r, z) whose bound exceeds it is left out, and the objective kept below it."""
     m = cp_model.CpModel()
-    tables.refine(list(rows))
     ax = Axes(m, tables, rows, cap)
     if not ax.k:  # nothing in these rows can fit (below the cap): an infeasible model
         m.add_bool_or([])

@@ -26,6 +26,7 @@ from meshplan.solver.space import Space
 
 FIRST_ROWS = 2  # rows in the first model; a model found infeasible doubles its rows
 REFINE_BATCH = 32  # rows whose fine bounds are computed at once
+FIRST_REFINE = 4  # rows refined first, whose best points give the first cap
 GROW_MIN = 4  # rows a round adds at least, when rows below the optimum were left out
 INF = float("inf")
 ALT_MARGIN = 0.02  # an alternative is first looked for within 2% of the last answer
@@ -64,11 +65,15 @@ class _Rows:
         return float(self.tb.coarse()[self.todo[self.pos]]) if self.pos < len(self.todo) else INF
 
     def _refine(self, k: int) -> None:
-        """Refine the next k rows in coarse order."""
+        """Refine the next k rows in coarse order (the first time only a few: the exact scores
+        of their best points cap the cells the rest must bound)."""
         self.tb.check()
+        if not self.pos:
+            k = min(k, FIRST_REFINE)
         batch = self.todo[self.pos : self.pos + k]
         self.pos += len(batch)
         self.tb.refine(batch)
+        self.tb.improve_cap(batch)
         for r in batch:
             b = self.tb.bound(r)
             if b < INF:
@@ -124,6 +129,8 @@ def search(
     """The best point and up to `top_k` distinct alternatives, by row generation."""
     sp = tables.sp
     rows = _Rows(tables)
+    if hint is not None and _fits(tables, hint):  # cells above a known point need no bounds
+        tables.cap = min(tables.cap, sp.cm.objective_int(hint, tables.rows, tables.index[hint.lay]))
     try:
         rows.add_best(FIRST_ROWS)
     except Stopped:  # out of time (or stopped) before the first model
@@ -155,7 +162,7 @@ def search(
 def _incumbent(tables: Tables, hint: Point | None, rows: _Rows) -> tuple[int, Point] | None:
     """The best fitting point known before the first model (the hint, or where the best row's
     fine bound is reached): its objective bounds the optimum from above."""
-    cands = [hint, tables.guess(rows.model[0])] if rows.model else [hint]
+    cands = [hint, tables.best, tables.guess(rows.model[0])] if rows.model else [hint]
     best = None
     for p in cands:
         if p is None or p.lay not in tables.index:
@@ -192,6 +199,8 @@ def _solve_one(
     else:
         best = _incumbent(tables, hint, rows)
         base, cap = 0, (best[0] if best is not None else None)
+        if cap is not None:
+            tables.cap = min(tables.cap, cap)
         if best is not None and (hint is None or not _fits(tables, hint)):
             hint = best[1]
     while True:
@@ -225,6 +234,8 @@ def _solve_one(
             return res
         hint = prev = res.point
         cap = res.objective if cap is None else min(cap, res.objective)
+        if not out.points:
+            tables.cap = min(tables.cap, cap)
         try:
             if rows.cover(res.objective, gap):
                 return res

@@ -14,8 +14,8 @@ import numpy as np
 
 from meshplan.solver.costmodel import Layout, Point
 from meshplan.solver.costmodel.point import Rows
-from meshplan.solver.costmodel.terms import FACTOR_AXES, Compiled, Factor, Group
-from meshplan.solver.cpsat.bounds import Fine, coarse_bounds, fine_bounds
+from meshplan.solver.costmodel.terms import FACTOR_AXES, Compiled, Factor, Group, Points
+from meshplan.solver.cpsat.bounds import Fine, coarse_bounds, fine_bounds, shape_bounds
 from meshplan.solver.space import Space
 
 AXES = ("pv", "db", "te", "r", "z")
@@ -69,8 +69,10 @@ class Tables:
         self._fracs: dict[tuple[Factor, str], dict[object, Fraction]] = {}
         self._ffracs: dict[tuple[Factor, str], np.ndarray] = {}
         self._fmat: dict[tuple[str, str], np.ndarray] = {}
-        self._stack: dict[tuple[Compiled, str | None], tuple[np.ndarray, np.ndarray] | None] = {}
         self._coarse: np.ndarray | None = None
+        self._by_db: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # row: shapes, their bounds
+        self.cap = np.inf  # the best objective known: cells above it need no fine bounds
+        self.best: Point | None = None  # a point of that objective, when the tables found it
         self._fine: dict[int, Fine] = {}
 
     def _agree(self, axis: str, rows: list[Layout]) -> list[np.ndarray]:
@@ -126,13 +128,13 @@ class Tables:
     def stacked(self, comp: Compiled, sel: str | None) -> tuple[np.ndarray, np.ndarray] | None:
         """The groups of a compiled sum with this selector: their integer starts as floats,
         (groups, |sel values|, rows), and their factors' numbers per axis, (3, groups)."""
-        k = (comp, sel)
-        if k not in self._stack:
+        vals = [None] if sel is None else self.domain[sel]
+        k = ("stacked", comp, sel, tuple(vals))
+        if k not in self.rows.memo:
             gs = [g for g in comp.groups if g.sel == sel]
             if not gs:
-                self._stack[k] = None
+                self.rows.memo[k] = None
             else:
-                vals = [None] if sel is None else self.domain[sel]
                 start = np.array(
                     [
                         [self.starts(comp, g, None if v is None else g.key(v)) for v in vals]
@@ -151,8 +153,8 @@ class Tables:
                     ],
                     dtype=np.int64,
                 )
-                self._stack[k] = (start, idx)
-        return self._stack[k]
+                self.rows.memo[k] = (start, idx)
+        return self.rows.memo[k]
 
     @cached_property
     def index(self) -> dict[Layout, int]:
@@ -198,20 +200,58 @@ class Tables:
             self._coarse = coarse_bounds(self, np.arange(self.n, dtype=np.int64))
         return self._coarse
 
-    def refine(self, rows: list[int]) -> None:
-        """Compute the fine bounds of these rows (those not done already)."""
-        todo = [r for r in rows if r not in self._fine]
-        if todo:
-            self._fine.update(fine_bounds(self, todo))
+    def shapes_within(self, row: int, cap: float) -> tuple[np.ndarray, float]:
+        """The micro-batch shapes of the row whose bound is at most `cap` (positions in the db
+        domain), and the least bound of the others (inf: none)."""
+        if row not in self._by_db:
+            self._by_db[row] = shape_bounds(self, np.array([row]))[0]
+        ds, bounds = self._by_db[row]
+        keep = bounds <= cap
+        rest = bounds[~keep]
+        return ds[keep], float(rest.min()) if len(rest) else np.inf
 
-    def fine(self, row: int) -> Fine:
-        self.refine([row])
+    def refine(self, rows: list[int], cap: float | None = None) -> None:
+        """Compute the fine bounds of these rows (those not done already), of every cell whose
+        bound may be at most `cap` (default: the best objective known, `self.cap`)."""
+        cap = self.cap if cap is None else cap
+        todo = [r for r in rows if r not in self._fine or self._fine[r].upto < cap]
+        new = [r for r in todo if r not in self._by_db]
+        if new:
+            self._by_db.update(zip(new, shape_bounds(self, np.array(new)), strict=True))
+        if todo:
+            self._fine.update(fine_bounds(self, todo, cap))
+
+    def fine(self, row: int, cap: float | None = None) -> Fine:
+        self.refine([row], cap)
         return self._fine[row]
 
     def bound(self, row: int) -> float:
         """The row's best bound so far: fine once refined, else coarse (inf: nothing fits)."""
         f = self._fine.get(row)
         return f.bound if f is not None else float(self.coarse()[row])
+
+    def improve_cap(self, rows: list[int]) -> None:
+        """Score the guesses of these rows exactly (many at once) and lower the cap to the best
+        that fits: the best point known so far (`self.best`)."""
+        found = [
+            (r, self._fine[r]) for r in rows if r in self._fine and self._fine[r].at is not None
+        ]
+        if not found:
+            return
+        at = [(f.db[f.at[0]], f.te[f.at[0]], f.pv[f.at], f.at[1], f.at[2]) for _, f in found]
+        pts = Points(
+            np.array([r for r, _ in found], dtype=np.int64),
+            {
+                a: (self.domain[a], np.array([x[k] for x in at], dtype=np.int64))
+                for k, a in enumerate(("db", "te", "pv", "r", "z"))
+            },
+        )
+        cm = self.sp.cm
+        obj = np.where(cm.fits_many(self.rows, pts), cm.objective_ints(self.rows, pts), np.inf)
+        j = int(np.argmin(obj))
+        if obj[j] < self.cap:
+            self.cap = float(obj[j])
+            self.best = self.guess(found[j][0])
 
     def guess(self, row: int) -> Point | None:
         """A point of the row where its fine bound is reached: a hint."""

@@ -26,7 +26,7 @@ class Axes:
         self.m, self.tb = m, tb
         cols: dict[str, list[np.ndarray]] = {k: [] for k in ("lay", "db", "te", "r", "z", "lb")}
         for r in rows:
-            f = tb.fine(r)
+            f = tb.fine(r, np.inf if cap is None else cap)
             ok = np.isfinite(f.by_rz) if cap is None else f.by_rz <= cap
             c, ri, zi = np.nonzero(ok)
             for k, v in zip(

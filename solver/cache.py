@@ -1,0 +1,115 @@
+"""Reuse across requests: cost models and their start tables, kept in bounded LRUs.
+
+A `CostModel` depends only on the model, the GPU and the cluster's size and links, the
+framework and the training fields that change its terms (sequence length, precision, the
+recipe's switches, the overlaps and kernels; not the global batch, its cap or the run's
+tokens), the memory reserve and fragmentation, and the efficiency constants. The start tables
+of its terms over a set of layout rows (`Rows`, whose memo holds them) depend on nothing else.
+So a sweep over batch sizes or pins, or a scheduler asking many variants of one job on one
+cluster, builds them once.
+
+Bounds: `MAX_MODELS` cost models (each small: its terms, and the one-row tables of at most
+`costmodel.model.ONE_ROW_CACHE` single layouts), and start tables over at most `MAX_ROWS`
+layout rows in all (each row holds a few hundred floats: about 2 MiB per 1,000 rows, so at
+most ~130 MiB). The least recently used go first. `clear()` empties both; `info()` reports
+their sizes. The caches are per process and thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from meshplan.solver.arch import Arch
+from meshplan.solver.costmodel import CostModel, Layout
+from meshplan.solver.costmodel import model as costmodel
+from meshplan.solver.costmodel.constants import Constants
+from meshplan.solver.costmodel.point import Rows
+from meshplan.solver.hardware import Hardware
+from meshplan.solver.schema import SearchSpec, TrainingSpec
+
+MAX_MODELS = 64
+MAX_ROWS = 65_536
+# Training fields that do not change the cost model's terms (they shape the search space).
+BATCH_FIELDS = ("global_batch_tokens", "critical_batch_tokens", "train_tokens")
+
+_lock = threading.Lock()
+_models: OrderedDict[tuple, CostModel] = OrderedDict()
+_rows: OrderedDict[tuple, Rows] = OrderedDict()
+_rows_held = 0
+
+
+def model_key(
+    A: Arch, H: Hardware, training: TrainingSpec, search: SearchSpec, constants: Constants
+) -> tuple:
+    """What a cost model depends on, as a hashable key."""
+    terms = training.model_dump(exclude=set(BATCH_FIELDS))
+    return (
+        A,
+        H,
+        tuple(sorted((k, str(v)) for k, v in terms.items())),
+        search.memory_reserve_gib,
+        search.memory_fragmentation,
+        repr(constants),
+    )
+
+
+def cost_model(A: Arch, H: Hardware, training: TrainingSpec, search: SearchSpec) -> CostModel:
+    """The request's cost model (with the constants every CostModel loads), built once."""
+    constants = costmodel.load_constants()
+    key = model_key(A, H, training, search, constants)
+    with _lock:
+        cm = _models.get(key)
+        if cm is not None:
+            _models.move_to_end(key)
+            return cm
+    cm = CostModel(A, H, training, search, constants)
+    cm.cache_key = key
+    with _lock:
+        cm = _models.setdefault(key, cm)
+        _models.move_to_end(key)
+        while len(_models) > MAX_MODELS:
+            _models.popitem(last=False)
+    return cm
+
+
+def rows(cm: CostModel, layouts: Sequence[Layout]) -> Rows:
+    """The rows of these layouts, with the start tables already computed over them for this
+    cost model (a cost model built outside the cache gets fresh rows)."""
+    global _rows_held
+    base = getattr(cm, "cache_key", None)
+    if base is None:
+        return Rows.of(layouts)
+    key = (base, tuple(layouts))
+    with _lock:
+        got = _rows.get(key)
+        if got is not None:
+            _rows.move_to_end(key)
+            return got
+    got = Rows.of(layouts)
+    with _lock:
+        if key not in _rows:
+            _rows[key] = got
+            _rows_held += len(got)
+        got = _rows[key]
+        _rows.move_to_end(key)
+        while _rows_held > MAX_ROWS and len(_rows) > 1:
+            _, old = _rows.popitem(last=False)
+            _rows_held -= len(old)
+    return got
+
+
+def clear() -> None:
+    """Forget every cost model and start table."""
+    global _rows_held
+    with _lock:
+        _models.clear()
+        _rows.clear()
+        _rows_held = 0
+
+
+def info() -> dict[str, int]:
+    """The caches' sizes: cost models, row sets and layout rows held."""
+    with _lock:
+        return {"models": len(_models), "row_sets": len(_rows), "rows": _rows_held}
