@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,9 +112,19 @@ class CostModel:
 
     def compiled(self) -> list[Compiled]:
         """Every compiled sum of the model (objective, dp traffic and credit, memory)."""
-        out = [self.objective, *(c for pair in self.dp.values() for c in pair)]
-        for m in self.memory.values():
-            out += [m.base, *(c for pair in m.pairs for c in pair)]
+        return [c for c, _ in self.sums(range(4))]
+
+    def sums(self, zs: Iterable[int] | None = None) -> list[tuple[Compiled, bool]]:
+        """The compiled sums in the order the bounds read them, each with whether it counts as a
+        cost (bounded from below) or a credit: the objective; per stage the memory's base and
+        each pair's two sides; per ZeRO stage (default: those of `self.dp`) its dp traffic and
+        credit."""
+        out: list[tuple[Compiled, bool]] = [(self.objective, True)]
+        for st in STAGES:
+            m = self.memory[st]
+            out += [(m.base, True)] + [(c, True) for pair in m.pairs for c in pair]
+        for z in self.dp if zs is None else zs:
+            out += [(self.dp[z][0], True), (self.dp[z][1], False)]
         return out
 
     @property

@@ -25,25 +25,167 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from meshplan.solver.costmodel.model import STAGES
-from meshplan.solver.costmodel.terms import FACTOR_AXES, Compiled, Group
+from meshplan.solver.costmodel.terms import FACTOR_AXES, Compiled
 from meshplan.solver.space import Space
 
 
 class Tables(Protocol):
-    """What the bounds read of `tables.Tables` (which calls them): the space, its start tables,
-    the factors of the axis values and which values agree with which classes of rows."""
+    """What the bounds read of `tables.Tables` (which calls them): the space, every sum of the
+    cost model stacked (`Sums`), the factors of the axis values and which values agree with
+    which classes of rows."""
 
     sp: Space
     cls: dict[str, np.ndarray]
     members: dict[str, list[np.ndarray]]
     z_ok: np.ndarray
 
-    def starts(self, comp: Compiled, g: Group, keyval: object) -> np.ndarray: ...
+    def sums(self) -> Sums: ...
     def factor_matrix(self, axis: str, kind: str) -> np.ndarray: ...
-    def stacked(self, comp: Compiled, sel: str | None) -> tuple[np.ndarray, np.ndarray] | None: ...
 
 
 SLACK = 1e-9
+ROWS_CHUNK = 2048  # rows whose coarse bounds are computed at once
+
+
+class Sums(NamedTuple):
+    """Every compiled sum of the cost model, its groups stacked by selector: what the bounds
+    compute with few, large array operations. Sum 0 is the objective, then each stage's memory
+    (its base, then each pair's two sides), then each ZeRO stage's dp traffic and credit."""
+
+    low: np.ndarray  # per sum: bounded from below (a cost), else from above (a credit)
+    # per selector (None, "r", "z"): the groups' integer starts as floats, (groups, |selector
+    # values|, rows); their factors' numbers per axis (3, groups); the sum each belongs to
+    groups: dict[str | None, tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def stack_sums(tb: Tables, comps: list[tuple[Compiled, bool]], starts) -> Sums:  # noqa: ANN001
+    """`Sums` of these compiled sums; `starts(comp, group, keyval)` gives a start table."""
+    sp = tb.sp
+    groups: dict[str | None, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for sel in (None, "r", "z"):
+        vals = [None] if sel is None else (sp.rs if sel == "r" else sp.zs)
+        rows, idx, owner = [], [], []
+        for c, (comp, _) in enumerate(comps):
+            for g in comp.groups:
+                if g.sel != sel:
+                    continue
+                rows.append([starts(comp, g, None if v is None else g.key(v)) for v in vals])
+                idx.append(
+                    [tb.factor_number(a, fn) for a, fn in zip(FACTOR_AXES, g.factors, strict=True)]
+                )
+                owner.append(c)
+        if rows:
+            groups[sel] = (
+                np.array(rows, dtype=float),
+                np.array(idx, dtype=np.int64).T,
+                np.array(owner, dtype=np.int64),
+            )
+    return Sums(np.array([low for _, low in comps]), groups)
+
+
+def _margin(v: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """Move every sum's float bound (sums on axis 0) away from the integer it bounds."""
+    sign = np.where(low, -1.0, 1.0).reshape(-1, *([1] * (v.ndim - 1)))
+    return v + sign * (np.abs(v) * SLACK + 1e-6)
+
+
+def _combine(tb: Tables, v, z_ok: np.ndarray) -> np.ndarray:  # noqa: ANN001
+    """From every sum's bound, v(k) for sum k, each (units, |rs|, |zs|, ...): the least
+    objective where every stage's memory fits (inf elsewhere), a whole number. `z_ok`
+    broadcasts against v(0). One sum at a time, so large batches stay in cache."""
+    cm = tb.sp.cm
+    t = v(0).copy()
+    fits = np.broadcast_to(z_ok, t.shape).copy()
+    k = 1
+    for st in STAGES:
+        used = v(k).copy()
+        k += 1
+        for _ in cm.memory[st].pairs:
+            used += np.minimum(v(k), v(k + 1))
+            k += 2
+        fits &= used <= cm.budget
+    for j in range(len(tb.sp.zs)):
+        t[:, :, j] += np.maximum(0.0, v(k)[:, :, j] - v(k + 1)[:, :, j])
+        k += 2
+    return np.where(fits & ~np.isnan(t), np.floor(t), np.inf)
+
+
+def _split(tb: Tables, rows: np.ndarray) -> np.ndarray:
+    """Every sum over these rows with the least pv and te factors that agree with each row (the
+    greatest for a credit; the other way round for a negative start), kept apart per db factor:
+    (sums, rows, 1 + db factors, |rs|, |zs|)."""
+    sums = tb.sums()
+    nr, nz = len(tb.sp.rs), len(tb.sp.zs)
+    nf = 1 + len(tb.factor_fns["db"])
+    ns = len(sums.low)
+    out = np.zeros((ns, nf, len(rows), nr, nz))
+    ext = {
+        (a, k): tb.factor_matrix(a, k)[:, tb.cls[a][rows]]
+        for a in ("pv", "te")
+        for k in ("lo", "hi")
+    }
+    for sel, (start, idx, owner) in sums.groups.items():
+        a = start[:, :, rows]  # (groups, |sel|, rows)
+        lo = ext[("pv", "lo")][idx[0]] * ext[("te", "lo")][idx[1]]  # (groups, rows)
+        hi = ext[("pv", "hi")][idx[0]] * ext[("te", "hi")][idx[1]]
+        low = sums.low[owner][:, None, None]
+        val = a * np.where((a >= 0) == low, lo[:, None, :], hi[:, None, :])
+        # add each group into its (sum, db factor) slot: one matrix product
+        onehot = np.zeros((len(owner), ns * nf))
+        onehot[np.arange(len(owner)), owner * nf + idx[2]] = 1.0
+        v = np.tensordot(onehot, val, axes=(0, 0)).reshape(ns, nf, *val.shape[1:])
+        if sel is None:
+            out += v[:, :, 0][:, :, :, None, None]
+        elif sel == "r":
+            out += v.transpose(0, 1, 3, 2)[:, :, :, :, None]
+        else:
+            out += v.transpose(0, 1, 3, 2)[:, :, :, None, :]
+    return out.transpose(0, 2, 1, 3, 4)
+
+
+def coarse_bounds(tb: Tables, rows: np.ndarray) -> np.ndarray:
+    """The coarse bound of each row (inf: nothing in the row fits): every group bounded with the
+    least pv, te and db factors that agree with the row, each on its own; the least over r and
+    z. Cheap for every row of a large space."""
+    out = np.full(len(rows), np.inf)
+    low = tb.sums().low.reshape(-1, 1, 1, 1, 1)
+    for lo_i in range(0, len(rows), ROWS_CHUNK):
+        part = rows[lo_i : lo_i + ROWS_CHUNK]
+        split = _split(tb, part)  # (sums, rows, F, |rs|, |zs|)
+        cls = tb.cls["db"][part]
+        dlo = tb.factor_matrix("db", "lo")[:, cls].T[None, :, :, None, None]
+        dhi = tb.factor_matrix("db", "hi")[:, cls].T[None, :, :, None, None]
+        # a lower bound takes the least factor of a positive sum, the greatest of a negative one
+        v = _margin((split * np.where((split >= 0) == low, dlo, dhi)).sum(axis=2), tb.sums().low)
+        z_ok = tb.z_ok[tb.cls["z"][part]][:, None, :]
+        out[lo_i : lo_i + len(part)] = _combine(tb, v.__getitem__, z_ok).min(axis=(1, 2))
+    return out
+
+
+def shape_bounds(tb: Tables, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per row (by position in `rows`): its micro-batch shapes (positions in the db domain) and
+    the bound of each: every group bounded with the least pv and te factors that agree with
+    the row, summed per db factor, then evaluated at each shape (so b, M and the memory they
+    take are traded exactly); the least over r and z."""
+    out: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64), np.zeros(0))] * len(rows)
+    if not len(rows):
+        return out
+    split = _split(tb, rows)  # (sums, rows, F, |rs|, |zs|)
+    low = tb.sums().low
+    phi = tb.factor_matrix("db", "dom")  # (1 + db factors, |db|)
+    cls = tb.cls["db"][rows]
+    for c in np.unique(cls).tolist():
+        ds = tb.members["db"][c]
+        if not len(ds):
+            continue
+        ix = np.flatnonzero(cls == c)
+        x = split[:, ix].transpose(0, 1, 3, 4, 2)  # (sums, rows, |rs|, |zs|, db factors)
+        v = (x.reshape(-1, x.shape[-1]) @ phi[:, ds]).reshape(*x.shape[:-1], len(ds))
+        z_ok = tb.z_ok[tb.cls["z"][rows[ix]]][:, None, :, None]
+        per = _combine(tb, _margin(v, low).__getitem__, z_ok).min(axis=(1, 2))
+        for j, i in enumerate(ix.tolist()):
+            out[i] = (ds, per[j])
+    return out
 
 
 class Fine(NamedTuple):
@@ -62,157 +204,6 @@ class Fine(NamedTuple):
         """The bound of the cell with these db and te positions (inf: none or nothing fits)."""
         hit = np.flatnonzero((self.db == db) & (self.te == te))
         return float(self.by_rz[hit[0]].min()) if len(hit) else np.inf
-
-
-class _Units:
-    """The rows to bound coarsely, as index arrays."""
-
-    def __init__(self, tb: Tables, rows: np.ndarray) -> None:
-        self.tb = tb
-        self.at = rows  # positions in the space's rows
-        self.n = len(rows)
-        self.rs, self.zs = list(tb.sp.rs), list(tb.sp.zs)
-        self.z_ok = tb.z_ok[tb.cls["z"][self.at]]
-        self._cache: dict[tuple[str, bool], np.ndarray] = {}
-
-    def factors(self, axis: str, least: bool) -> np.ndarray:
-        """(factors, rows): every factor of the axis (as `Tables.factor_fns` numbers them): the
-        least (greatest) over the axis values that agree with the row."""
-        key = (axis, least)
-        if key not in self._cache:
-            ext = self.tb.factor_matrix(axis, "lo" if least else "hi")
-            self._cache[key] = ext[:, self.tb.cls[axis][self.at]]
-        return self._cache[key]
-
-
-def _comp(u: _Units, comp: Compiled, least: bool, split_db: bool = False) -> np.ndarray:
-    """A compiled sum bounded per (unit, r, z): shape (units, |rs|, |zs|). The groups with one
-    selector at once: their starts stacked, each group's factors gathered per axis. With
-    `split_db`, the db factors are left out and the sum kept per db factor (as
-    `Tables.factor_fns` numbers them; 0: none): shape (units, 1 + db factors, |rs|, |zs|)."""
-    n, nr, nz = u.n, len(u.rs), len(u.zs)
-    nf = 1 + len(u.tb.factor_fns["db"]) if split_db else 1
-    out = np.zeros((n, nf, nr, nz))
-    axes = FACTOR_AXES[:2] if split_db else FACTOR_AXES
-    for sel in (None, "r", "z"):
-        got = u.tb.stacked(comp, sel)
-        if got is None:
-            continue
-        stack, idx = got
-        start = stack[:, :, u.at]  # (groups, |sel|, units)
-        lo = hi = None
-        for i, axis in enumerate(axes):
-            if idx[i].any():
-                flo, fhi = u.factors(axis, True)[idx[i]], u.factors(axis, False)[idx[i]]
-                lo = flo if lo is None else lo * flo
-                hi = fhi if hi is None else hi * fhi
-        if lo is None:
-            val = start
-        else:
-            # Least value: least factors for a positive start, greatest for a negative one.
-            small, big = (lo, hi) if least else (hi, lo)
-            val = start * np.where(start >= 0, small[:, None, :], big[:, None, :])
-        slots = idx[2] if split_db else np.zeros(len(idx[2]), dtype=np.int64)
-        onehot = np.zeros((len(slots), nf))
-        onehot[np.arange(len(slots)), slots] = 1.0
-        v = np.tensordot(onehot, val, axes=(0, 0))  # (slots, |sel|, units): sums per slot
-        if sel is None:
-            out += v[:, 0].T[:, :, None, None]
-        elif sel == "r":
-            out += v.transpose(2, 0, 1)[:, :, :, None]
-        else:
-            out += v.transpose(2, 0, 1)[:, :, None, :]
-    return out if split_db else out[:, 0]
-
-
-def _safe(x: np.ndarray, lower: bool) -> np.ndarray:
-    """Move a float bound away from the integer it bounds by the safety margin."""
-    return x - np.abs(x) * SLACK - 1e-6 if lower else x + np.abs(x) * SLACK + 1e-6
-
-
-def _sums(u: _Units) -> tuple[np.ndarray, np.ndarray]:
-    """Every compiled sum of the cost model split per db factor, (sums, rows, db factors, |rs|,
-    |zs|), in the order `_combine` reads them, and the direction of each margin (−1: bounded
-    from below)."""
-    cm = u.tb.sp.cm
-    comps: list[tuple[Compiled, bool]] = [(cm.objective, True)]
-    for st in STAGES:
-        pairs = cm.memory[st].pairs
-        comps += [(cm.memory[st].base, True)] + [(c, True) for pair in pairs for c in pair]
-    for z in u.zs:
-        comps += [(cm.dp[z][0], True), (cm.dp[z][1], False)]
-    split = np.stack([_comp(u, c, low, True) for c, low in comps])
-    return split, np.array([-1.0 if low else 1.0 for _, low in comps])
-
-
-def _combine(tb: Tables, v: np.ndarray, z_ok: np.ndarray) -> np.ndarray:
-    """From every sum's bound, v: (sums, ..., |rs|, |zs|, ...) with the (r, z) axes at positions
-    1 and 2 after the sums: the least objective where every stage's memory fits (inf
-    elsewhere), a whole number. `z_ok` broadcasts against v[0]."""
-    cm = tb.sp.cm
-    k = 1
-    fits = np.broadcast_to(z_ok, v.shape[1:]).copy()
-    for st in STAGES:
-        used = v[k].copy()
-        k += 1
-        for _ in cm.memory[st].pairs:
-            used += np.minimum(v[k], v[k + 1])
-            k += 2
-        fits &= used <= cm.budget
-    t = v[0].copy()
-    for j in range(len(tb.sp.zs)):
-        t[:, :, j] += np.maximum(0.0, v[k][:, :, j] - v[k + 1][:, :, j])
-        k += 2
-    return np.where(fits & ~np.isnan(t), np.floor(t), np.inf)
-
-
-def _margin(v: np.ndarray, sign: np.ndarray) -> np.ndarray:
-    """Move every sum's float bound away from the integer it bounds (sums on axis 0)."""
-    return v + sign.reshape(-1, *([1] * (v.ndim - 1))) * (np.abs(v) * SLACK + 1e-6)
-
-
-def coarse_bounds(tb: Tables, rows: np.ndarray) -> np.ndarray:
-    """The coarse bound of each row (inf: nothing in the row fits): every group bounded with the
-    least pv, te and db factors that agree with the row, each on its own; the least over r and
-    z. Cheap for every row of a large space."""
-    u = _Units(tb, rows)
-    if not u.n:
-        return np.zeros(0)
-    split, sign = _sums(u)
-    cls = tb.cls["db"][u.at]
-    lo = tb.factor_matrix("db", "lo")[:, cls].T[:, :, None, None]  # (rows, F, 1, 1)
-    hi = tb.factor_matrix("db", "hi")[:, cls].T[:, :, None, None]
-    low = (sign < 0).reshape(-1, 1, 1, 1, 1)
-    # A lower bound takes the least factor of a positive sum, the greatest of a negative one;
-    # an upper bound (a credit) the other way round.
-    phi = np.where((split >= 0) == low, lo, hi)
-    v = _margin((split * phi).sum(axis=2), sign)  # (sums, rows, |rs|, |zs|)
-    return _combine(tb, v, u.z_ok[:, None, :]).min(axis=(1, 2))
-
-
-def shape_bounds(tb: Tables, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per row (by position in `rows`): its micro-batch shapes (positions in the db domain) and
-    the bound of each: every group bounded with the least pv and te factors that agree with
-    the row, summed per db factor, then evaluated at each shape (so b, M and the memory they
-    take are traded exactly); the least over r and z."""
-    u = _Units(tb, rows)
-    out: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0, np.int64), np.zeros(0))] * u.n
-    if not u.n:
-        return out
-    split, sign = _sums(u)
-    phi = tb.factor_matrix("db", "dom")  # (1 + db factors, |db|)
-    cls = tb.cls["db"][u.at]
-    for c in np.unique(cls).tolist():
-        ds = tb.members["db"][c]
-        if not len(ds):
-            continue
-        ix = np.flatnonzero(cls == c)
-        x = split[:, ix].transpose(0, 1, 3, 4, 2)  # (sums, rows, |rs|, |zs|, db factors)
-        v = (x.reshape(-1, x.shape[-1]) @ phi[:, ds]).reshape(*x.shape[:-1], len(ds))
-        per = _combine(tb, _margin(v, sign), u.z_ok[ix][:, None, :, None]).min(axis=(1, 2))
-        for j, i in enumerate(ix.tolist()):
-            out[i] = (ds, per[j])
-    return out
 
 
 class _Batch:
@@ -237,33 +228,37 @@ class _Batch:
             self.pos[axis], self.mask[axis] = pos, mask
         n, nr, nz = len(rows), len(tb.sp.rs), len(tb.sp.zs)
         self.shape = (n, nr, nz, *(self.pos[a].shape[1] for a in ("pv", "te", "db")))
+        # (rows, factors, width): each factor of the axis at each (padded) entry of each row
+        self.factors = {
+            a: tb.factor_matrix(a, "dom")[:, self.pos[a]].transpose(1, 0, 2)
+            for a in ("pv", "te", "db")
+        }
 
-    def value(self, comp: Compiled) -> np.ndarray:
-        """The real value of a compiled sum at every (row, r, z, P, T, D): per row and selector,
-        two batched matrix products, (starts x pipeline factors) by (expert x batch factors)."""
+    def value(self, c: int) -> np.ndarray:
+        """The real value of sum c at every (row, r, z, P, T, D), moved by its margin: per
+        selector, one batched matrix product, (starts x pipeline factors) by (expert x batch
+        factors)."""
         tb = self.tb
-        n, _, _, npv, nte, ndb = self.shape
+        sums = tb.sums()
+        n, nr, nz, npv, nte, ndb = self.shape
         out = np.zeros(self.shape)
-        for sel in (None, "r", "z"):
-            got = tb.stacked(comp, sel)
-            if got is None:
+        for sel, (start, idx, owner) in sums.groups.items():
+            lo, hi = np.searchsorted(owner, [c, c + 1])  # the sum's groups (sorted by sum)
+            if lo == hi:
                 continue
-            stack, idx = got
-            g, ns = stack.shape[:2]
-            a = stack[:, :, self.rows].transpose(2, 0, 1)  # (n, groups, |sel|)
-            p = tb.factor_matrix("pv", "dom")[idx[0]][:, self.pos["pv"]].transpose(1, 0, 2)
-            t = tb.factor_matrix("te", "dom")[idx[1]][:, self.pos["te"]].transpose(1, 0, 2)
-            d = tb.factor_matrix("db", "dom")[idx[2]][:, self.pos["db"]].transpose(1, 0, 2)
-            x = (a[:, :, :, None] * p[:, :, None, :]).reshape(n, g, ns * npv)
+            a = start[lo:hi, :, self.rows].transpose(2, 0, 1)  # (rows, groups, |sel|)
+            g, ns = a.shape[1:]
+            p, t, d = (self.factors[ax][:, idx[i, lo:hi]] for i, ax in enumerate(FACTOR_AXES))
+            x = (a[:, :, :, None] * p[:, :, None, :]).reshape(n, g, ns * npv).transpose(0, 2, 1)
             y = (t[:, :, :, None] * d[:, :, None, :]).reshape(n, g, nte * ndb)
-            val = np.matmul(x.transpose(0, 2, 1), y).reshape(n, ns, npv, nte, ndb)
+            val = np.matmul(x, y).reshape(n, ns, npv, nte, ndb)
             if sel is None:
                 out += val[:, 0][:, None, None]
             elif sel == "r":
                 out += val[:, :, None]
             else:
                 out += val[:, None, :]
-        return out
+        return _margin(out[None], sums.low[c : c + 1])[0]
 
     def runs(self) -> np.ndarray:
         """(rows, P, D): the pipeline schedule runs the micro-batch count (Megatron's
@@ -280,22 +275,11 @@ class _Batch:
         """Least objective at every (row, r, z, P, T, D), a whole number; inf where a stage's
         memory overflows, the framework runs no such ZeRO stage, the schedule no such pipeline,
         or the entry is padding."""
-        tb, cm = self.tb, self.tb.sp.cm
+        tb = self.tb
         ok = tb.z_ok[tb.cls["z"][self.rows]][:, None, :, None, None, None]
         ok = ok & self.runs()[:, None, None, :, None, :]
         ok = ok & self.mask["te"][:, None, None, None, :, None]
-        for st in STAGES:
-            mem = _safe(self.value(cm.memory[st].base), True)
-            for a, b in cm.memory[st].pairs:
-                mem += np.minimum(_safe(self.value(a), True), _safe(self.value(b), True))
-            ok = ok & (mem <= cm.budget)
-        t = _safe(self.value(cm.objective), True)
-        for k, z in enumerate(tb.sp.zs):
-            comm, credit = cm.dp[z]
-            c = _safe(self.value(comm)[:, :, k], True)
-            cr = _safe(self.value(credit)[:, :, k], False)
-            t[:, :, k] += np.maximum(0.0, c - cr)
-        return np.where(ok & ~np.isnan(t), np.floor(t), np.inf)
+        return _combine(tb, self.value, ok)
 
 
 def fine_bounds(tb: Tables, rows: list[int], cap: float = np.inf) -> dict[int, Fine]:

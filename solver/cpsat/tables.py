@@ -15,7 +15,14 @@ import numpy as np
 from meshplan.solver.costmodel import Layout, Point
 from meshplan.solver.costmodel.point import Rows
 from meshplan.solver.costmodel.terms import FACTOR_AXES, Compiled, Factor, Group, Points
-from meshplan.solver.cpsat.bounds import Fine, coarse_bounds, fine_bounds, shape_bounds
+from meshplan.solver.cpsat.bounds import (
+    Fine,
+    Sums,
+    coarse_bounds,
+    fine_bounds,
+    shape_bounds,
+    stack_sums,
+)
 from meshplan.solver.space import Space
 
 AXES = ("pv", "db", "te", "r", "z")
@@ -125,35 +132,15 @@ class Tables:
             self._fmat[(axis, "hi")] = np.where(empty, np.nan, hi)
         return self._fmat[k]
 
-    def stacked(self, comp: Compiled, sel: str | None) -> tuple[np.ndarray, np.ndarray] | None:
-        """The groups of a compiled sum with this selector: their integer starts as floats,
-        (groups, |sel values|, rows), and their factors' numbers per axis, (3, groups)."""
-        vals = [None] if sel is None else self.domain[sel]
-        k = ("stacked", comp, sel, tuple(vals))
+    def factor_number(self, axis: str, fn: Factor | None) -> int:
+        return 0 if fn is None else self.factor_fns[axis][fn]
+
+    def sums(self) -> Sums:
+        """Every sum of the cost model, its groups stacked (bounds.Sums), kept with the rows
+        (for these recomputation and ZeRO values): built once across requests."""
+        k = ("sums", tuple(self.sp.rs), tuple(self.sp.zs))
         if k not in self.rows.memo:
-            gs = [g for g in comp.groups if g.sel == sel]
-            if not gs:
-                self.rows.memo[k] = None
-            else:
-                start = np.array(
-                    [
-                        [self.starts(comp, g, None if v is None else g.key(v)) for v in vals]
-                        for g in gs
-                    ],
-                    dtype=float,
-                )
-                idx = np.array(
-                    [
-                        [
-                            0 if fn is None else self.factor_fns[a][fn]
-                            for g in gs
-                            for fn in [g.factors[i]]
-                        ]
-                        for i, a in enumerate(FACTOR_AXES)
-                    ],
-                    dtype=np.int64,
-                )
-                self.rows.memo[k] = (start, idx)
+            self.rows.memo[k] = stack_sums(self, self.sp.cm.sums(self.sp.zs), self.starts)
         return self.rows.memo[k]
 
     @cached_property
