@@ -64,7 +64,7 @@ def test_enum_values_in_any_case_on_the_command_line(
     argv += ["--framework", "torchtitan", "--sequence-parallel", "TRUE"]
     rc, out, _ = run(argv, capsys)
     assert rc == 0 and json.loads(out)["config"]["recompute"] == "FULL"
-    rc, out, _ = run(["plan", *SMALL, "--emit", "TorchTitan"], capsys)
+    rc, out, _ = run(["plan", *SMALL, "--framework", "TorchTitan", "--emit", "TorchTitan"], capsys)
     assert rc == 0 and "[parallelism]" in out
     request = tmp_path / "r.json"
     request.write_text(

@@ -21,16 +21,15 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return rc, out, err
 
 
-@pytest.fixture(scope="module")
-def planned() -> dict:
-    """The plan of PLAN as JSON (each --emit below must encode this layout)."""
+def planned(framework: str) -> dict:
+    """The plan of PLAN under a framework as JSON (its --emit must encode this layout)."""
     from meshplan.solver import PlanRequest, plan
 
     req = PlanRequest.model_validate(
         {
             "model": {"preset": "llama3-8b"},
             "cluster": {"num_gpus": 8},
-            "training": {"seq_len": 4096},
+            "training": {"seq_len": 4096, "framework": framework.upper()},
         }
     )
     return json.loads(plan(req).model_dump_json())
@@ -58,13 +57,11 @@ def _flags(text: str) -> dict[str, str | bool]:
 
 
 @pytest.mark.parametrize("kind", ["megatron", "torchtitan", "deepspeed", "kempnerforge"])
-def test_emit_is_the_only_thing_on_stdout(
-    kind: str, planned: dict, capsys: pytest.CaptureFixture[str]
-) -> None:
-    rc, out, err = run([*PLAN, "--emit", kind], capsys)
+def test_emit_is_the_only_thing_on_stdout(kind: str, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run([*PLAN, "--framework", kind, "--emit", kind], capsys)
     assert rc == 0
     assert "binding wall:" in err and "binding wall:" not in out  # the table went to stderr
-    c = planned["config"]
+    c = planned(kind)["config"]
     seqs = c["dp"] * c["micro_batch_size"] * c["num_microbatches"]
     if kind == "megatron":
         flags = _flags(out)

@@ -46,10 +46,17 @@ def test_stopped_between_rounds_answers_the_earlier_optimum(
 
 
 def test_time_limit_covers_the_tables() -> None:
+    """10,800 layouts and a 50 ms limit: the tables and bounds outlast it, so the answer is
+    the greedy plan, unproven (or none at all), and it comes soon after the limit."""
     started = time.perf_counter()
-    with pytest.raises(TimeoutError):
-        plan(big_request(time_limit_s=0.5))  # 10,226 layouts: the tables alone take longer
+    try:
+        r = plan(big_request(time_limit_s=0.05))
+    except TimeoutError:
+        r = None
     assert time.perf_counter() - started < 1.5
+    if r is not None:
+        assert r.status is PlanStatus.FEASIBLE and r.solver.used_fallback
+        assert r.solver.status == "FALLBACK" and r.solver.bound == 0.0
 
 
 def test_alternatives_are_distinct_and_no_better() -> None:
