@@ -1,0 +1,89 @@
+"""The explanation of an infeasible plan runs under the solve's deadline and stop event, and its
+search for the smallest cluster stays within the schema's cap on cluster.num_gpus."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from pydantic import ValidationError
+
+from meshplan.solver import PlanRequest, plan
+from meshplan.solver.explain import max_gpus
+from meshplan.solver.results import PlanStatus
+from meshplan.solver.schema import ClusterSpec
+
+# Infeasible at once (6 GiB of HBM), but the smallest cluster that fits is 4608 GPUs: the
+# explanation's search rebuilds the space a dozen times (about 0.8 s unloaded).
+SLOW_EXPLANATION = {
+    "model": {"preset": "deepseek-v3"},
+    "cluster": {"num_gpus": 24, "hbm_gib": 6},
+}
+
+
+def test_no_cluster_fits_is_infeasible_with_its_reason_not_a_crash() -> None:
+    # Every degree pinned: only 8192 GPUs can hold this layout, and it needs 695 GiB per GPU.
+    req = PlanRequest.model_validate(
+        {
+            "model": {"preset": "llama3-405b"},
+            "cluster": {"num_gpus": 8192},
+            "training": {"seq_len": 8192, "global_batch_tokens": 16777216},
+            "search": {"tp": 8, "pp": 16, "dp": 64, "cp": 1, "zero_stage": 2, "recompute": "NONE"},
+        }
+    )
+    result = plan(req)
+    assert result.status == PlanStatus.INFEASIBLE
+    assert result.explanation is not None and result.explanation.min_gpus == 0
+    assert "no cluster of up to 1,048,576 GPUs fits" in result.explanation.reason
+    assert "even tp=8, pp=16" in result.explanation.reason
+
+
+def test_the_search_cap_is_the_schemas() -> None:
+    assert max_gpus() == 1_048_576
+    ClusterSpec(num_gpus=max_gpus())
+    with pytest.raises(ValidationError):
+        ClusterSpec(num_gpus=max_gpus() + 1)
+
+
+def test_the_explanation_keeps_to_the_time_limit() -> None:
+    limit = 0.2
+    req = PlanRequest.model_validate({**SLOW_EXPLANATION, "options": {"time_limit_s": limit}})
+    started = time.perf_counter()
+    result = plan(req)
+    took = time.perf_counter() - started
+    assert result.status == PlanStatus.INFEASIBLE
+    assert took < limit + 0.3, f"{took:.2f} s for a {limit} s limit"
+    assert result.explanation is not None and result.explanation.min_gpus == 0
+    assert "stopped the search" in result.explanation.reason
+
+
+def test_the_explanation_stops_with_the_stop_event() -> None:
+    stop = threading.Event()
+    req = PlanRequest.model_validate({**SLOW_EXPLANATION, "options": {"time_limit_s": 60}})
+    timer = threading.Timer(0.1, stop.set)
+    timer.start()
+    started = time.perf_counter()
+    try:
+        result = plan(req, stop_event=stop)
+    finally:
+        timer.cancel()
+    assert time.perf_counter() - started < 0.5
+    assert result.explanation is not None and "stopped the search" in result.explanation.reason
+
+
+def test_with_time_the_explanation_finds_the_smallest_cluster() -> None:
+    req = PlanRequest.model_validate({**SLOW_EXPLANATION, "options": {"time_limit_s": 60}})
+    result = plan(req)
+    assert result.explanation is not None and result.explanation.min_gpus == 4608
+    assert "the smallest cluster that fits is 4608 GPUs" in result.explanation.reason
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("inter_node_gbps", 1e-12), ("intra_node_gbps", 1e-300), ("peak_bf16_tflops", 1e-9)],
+)
+def test_tiny_overrides_are_rejected_by_the_schema(field: str, value: float) -> None:
+    with pytest.raises(ValidationError) as err:
+        ClusterSpec(num_gpus=8, **{field: value})
+    assert err.value.errors()[0]["loc"] == (field,)
