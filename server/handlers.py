@@ -1,0 +1,38 @@
+"""gRPC method handlers built from a service's descriptor, with tolerant request parsing.
+
+`service_handler(descriptor, servicer)` maps each method of the service to the servicer's
+coroutine of the same name; request bytes that do not parse reach it as `Malformed` (answered
+INVALID_ARGUMENT), never as an exception in gRPC's deserializer (INTERNAL and a traceback).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+
+from meshplan.server.requests import tolerant
+
+_KINDS = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def service_handler(service: ServiceDescriptor, servicer: Any) -> grpc.GenericRpcHandler:
+    """One generic handler serving every method of `service` with `servicer`'s coroutines."""
+    methods = {}
+    for method in service.methods:
+        request_cls = message_factory.GetMessageClass(method.input_type)
+        response_cls = message_factory.GetMessageClass(method.output_type)
+        kind = _KINDS[(method.client_streaming, method.server_streaming)]
+        methods[method.name] = kind(
+            getattr(servicer, method.name),
+            request_deserializer=tolerant(request_cls),
+            response_serializer=response_cls.SerializeToString,
+        )
+    return grpc.method_handlers_generic_handler(service.full_name, methods)
