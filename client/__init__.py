@@ -15,6 +15,7 @@ from meshplan.client.exceptions import (
     PlannerError,
     UnavailableError,
 )
+from meshplan.client.security import Security
 from meshplan.client.sync import BatchItem, Catalog, PlannerClient
 
 __all__ = [
@@ -28,5 +29,6 @@ __all__ = [
     "OverloadedError",
     "PlannerClient",
     "PlannerError",
+    "Security",
     "UnavailableError",
 ]

@@ -18,6 +18,7 @@ from meshplan.client.exceptions import FieldViolation, InvalidRequestError, Plan
 from meshplan.client.sync import BatchItem, PlannerClient
 from meshplan.solver.results import Evaluation, PlanResult
 from meshplan.solver.schema import EvaluateRequest, PlanRequest
+from meshplan.tools.remote import add_connection_flags, connect
 
 _SLACK_S = 10.0  # deadline beyond the solve's own time limit: model build, transport
 CSV_COLUMNS = [
@@ -47,6 +48,7 @@ def remote_evaluate(
 def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `meshplan batch` (run_batch reads them with getattr, so a subset works too)."""
     parser.add_argument("--server", required=True, help="HOST:PORT, or a comma-separated list")
+    add_connection_flags(parser)
     parser.add_argument(
         "--request", required=True, help="JSON file: a list of plan requests, or JSON lines"
     )
@@ -105,7 +107,7 @@ def run_batch(args: argparse.Namespace) -> int:
     show = getattr(args, "progress", None)
     bar = Progress(len(reqs), enabled=sys.stderr.isatty() if show is None else show)
     failed = 0
-    with _open(output) as out, PlannerClient(servers) as client:
+    with _open(output) as out, connect(args, servers) as client:
         write = _writer(out, fmt, reqs)
         try:
             for item in _send(client, reqs, args):

@@ -11,6 +11,7 @@ from typing import Any
 
 from meshplan.tools.flags import request_from_flags
 from meshplan.tools.grid import expand_models, parse_gpus, parse_ints
+from meshplan.tools.remote import add_connection_flags
 
 PINS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches")
 MODELS_HELP = (
@@ -43,6 +44,7 @@ def _knobs(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--time-limit", type=float, help="solver time limit per plan (s; default 10)")
     p.add_argument("--jobs", type=int, default=0, help="solver processes (default: one per CPU)")
     p.add_argument("--server", help="HOST:PORT (or a comma-separated list): solve via PlanBatch")
+    add_connection_flags(p)
     p.add_argument("--timeout", type=float, default=3600.0, help="deadline of a PlanBatch call (s)")
     p.add_argument("--plot", help="draw a PNG to this path")
 

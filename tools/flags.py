@@ -9,6 +9,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from meshplan.tools.remote import add_connection_flags
+
 PINS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches")
 
 
@@ -30,6 +32,7 @@ def add_request_flags(p: argparse.ArgumentParser, evaluate: bool) -> None:
     p.add_argument("--sequence-parallel", choices=["true", "false"])
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--server", help="HOST:PORT of a meshplan server (default: in-process)")
+    add_connection_flags(p)
     p.add_argument("--plot", help="draw the memory bill against HBM as a PNG to this path")
     if not evaluate:
         p.add_argument("--top-k", type=int, help="distinct alternatives to return")
