@@ -135,7 +135,9 @@ class Runtime:
             with ExitStack() as held:
                 if admit:
                     held.enter_context(self._admitted(call, batch_requests))
-                async with asyncio.timeout(max(call.remaining(), 0)):
+                # answered just before the caller gives up, so both see DEADLINE_EXCEEDED
+                margin = self.settings.deadline_margin_s
+                async with asyncio.timeout(max(call.remaining() - margin, 0)):
                     return await body(request, call)
         except RpcFailure as err:
             failure = err
