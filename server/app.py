@@ -88,6 +88,8 @@ class PlannerServer:
             else None
         )
         self.metrics_port: int | None = None
+        self.health_server: grpc.aio.Server | None = None
+        self.health_port: int | None = None
         self._close_metrics: Callable[[], None] | None = None
         self._stopped = threading.Event()
         self._stopping = False
@@ -103,8 +105,10 @@ class PlannerServer:
     # --- from any thread --------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start serving (and the metrics endpoint, if configured)."""
+        """Start serving (and the health port and the metrics endpoint, if configured)."""
         self._call(self.server.start())
+        if self.health_server is not None:
+            self._call(self.health_server.start())
         s = self.settings
         if s.metrics_port is not None:
             host = s.metrics_host or s.host
@@ -167,6 +171,13 @@ class PlannerServer:
             raise OSError(f"cannot listen on {address}: {err}") from err
         if port == 0:
             raise OSError(f"cannot listen on {address}")
+        if s.health_port is not None:  # health alone, plaintext: for probes without TLS
+            self.health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
+            where = f"{s.host}:{s.health_port}"
+            self.health_port = self.health_server.add_insecure_port(where)
+            if self.health_port == 0:
+                raise OSError(f"cannot listen on {where}")
         return port
 
     async def _drain(self, grace_s: float) -> bool:
@@ -177,6 +188,8 @@ class PlannerServer:
         self.health.drain()
         self.runtime.draining = True
         await self.server.stop(grace)
+        if self.health_server is not None:
+            await self.health_server.stop(0)
         self.runtime.runner.close()
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = 60) -> T:
@@ -227,6 +240,8 @@ def serve(settings: Settings, ready: threading.Event | None = None) -> int:
             "on" if settings.auth_token_file else "off",
             f", metrics on :{server.metrics_port}" if server.metrics_port is not None else "",
         )
+        if server.health_port is not None:
+            log.info("serving grpc.health.v1 alone, in plaintext, on :%d", server.health_port)
         if ready is not None:
             ready.set()
         while not stop.wait(0.5):

@@ -173,6 +173,13 @@ class Settings(BaseSettings):
         description="Bearer tokens, one per line (path); set: every meshplan.v1 call needs one.",
     )
     reflection: bool = Field(default=True, description="Serve gRPC server reflection.")
+    health_port: int | None = Field(
+        default=None,
+        description="Also serve grpc.health.v1 alone, in plaintext, on this port (unset: off; "
+        "for probes that speak neither TLS nor tokens, e.g. Kubernetes').",
+        ge=0,
+        le=65535,
+    )
 
     # --- observability and shutdown ---------------------------------------------------------
     metrics_port: int | None = Field(
