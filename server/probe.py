@@ -16,7 +16,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m meshplan.server.probe", description=__doc__)
-    default_port = os.environ.get("MESHPLAN_HEALTH_PORT") or os.environ.get("MESHPLAN_PORT") or "50051"
+    default_port = (
+        os.environ.get("MESHPLAN_HEALTH_PORT") or os.environ.get("MESHPLAN_PORT") or "50051"
+    )
     parser.add_argument("--address", default=f"127.0.0.1:{default_port}", help="HOST:PORT to ask")
     parser.add_argument("--service", default="", help="service name ('' = the server)")
     parser.add_argument("--timeout", type=float, default=2.0, help="deadline (seconds)")
