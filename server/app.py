@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from meshplan.server.auth import AuthInterceptor, TokenSet
 from meshplan.server.handlers import service_handler
 from meshplan.server.health import BoundedReflection, Health
+from meshplan.server.memory import trim_periodically
 from meshplan.server.metrics import Metrics, serve_metrics
 from meshplan.server.runtime import Runtime
 from meshplan.server.servicer import EvaluateFn, PlanFn, PlannerServicer
@@ -33,6 +34,7 @@ from meshplan.v1 import planner_pb2
 log = logging.getLogger("meshplan.server")
 T = TypeVar("T")
 
+_TRIM_S = 5.0  # seconds between two returns of freed heap memory to the system
 PLANNER = planner_pb2.DESCRIPTOR.services_by_name["Planner"]
 SERVICE_NAME = PLANNER.full_name
 
@@ -90,6 +92,7 @@ class PlannerServer:
         self.metrics_port: int | None = None
         self.health_server: grpc.aio.Server | None = None
         self.health_port: int | None = None
+        self._trim: Any = None  # the periodic malloc_trim task, once started
         self._close_metrics: Callable[[], None] | None = None
         self._stopped = threading.Event()
         self._stopping = False
@@ -107,6 +110,7 @@ class PlannerServer:
     def start(self) -> None:
         """Start serving (and the health port and the metrics endpoint, if configured)."""
         self._call(self.server.start())
+        self._trim = asyncio.run_coroutine_threadsafe(trim_periodically(_TRIM_S), self.loop)
         if self.health_server is not None:
             self._call(self.health_server.start())
         s = self.settings
@@ -153,7 +157,8 @@ class PlannerServer:
         names = [descriptor.full_name for descriptor, _ in SERVICES]
         for descriptor, factory in SERVICES:
             servicer = factory(self.runtime, self.hooks)
-            self.server.add_generic_rpc_handlers((service_handler(descriptor, servicer),))
+            handler = service_handler(descriptor, servicer, s.max_request_bytes)
+            self.server.add_generic_rpc_handlers((handler,))
         self.health = Health(names, s.max_open_streams)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         if s.reflection:
@@ -185,6 +190,8 @@ class PlannerServer:
         return await self.runtime.drain(grace_s)
 
     async def _shutdown(self, grace: float | None) -> None:
+        if self._trim is not None:
+            self._trim.cancel()
         self.health.drain()
         self.runtime.draining = True
         await self.server.stop(grace)

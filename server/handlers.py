@@ -13,7 +13,7 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 
-from meshplan.server.requests import tolerant
+from meshplan.server.requests import request_cap, tolerant
 
 _KINDS = {
     (False, False): grpc.unary_unary_rpc_method_handler,
@@ -23,8 +23,11 @@ _KINDS = {
 }
 
 
-def service_handler(service: ServiceDescriptor, servicer: Any) -> grpc.GenericRpcHandler:
-    """One generic handler serving every method of `service` with `servicer`'s coroutines."""
+def service_handler(
+    service: ServiceDescriptor, servicer: Any, max_request_bytes: int
+) -> grpc.GenericRpcHandler:
+    """One generic handler serving every method of `service` with `servicer`'s coroutines;
+    requests are bounded by server.requests.request_cap."""
     methods = {}
     for method in service.methods:
         request_cls = message_factory.GetMessageClass(method.input_type)
@@ -32,7 +35,7 @@ def service_handler(service: ServiceDescriptor, servicer: Any) -> grpc.GenericRp
         kind = _KINDS[(method.client_streaming, method.server_streaming)]
         methods[method.name] = kind(
             getattr(servicer, method.name),
-            request_deserializer=tolerant(request_cls),
+            request_deserializer=tolerant(request_cls, request_cap(request_cls, max_request_bytes)),
             response_serializer=response_cls.SerializeToString,
         )
     return grpc.method_handlers_generic_handler(service.full_name, methods)

@@ -25,20 +25,37 @@ D = TypeVar("D", bound=BaseModel)
 
 @dataclass(frozen=True)
 class Malformed:
-    """Request bytes that do not parse as the method's message."""
+    """Request bytes that do not parse as the method's message (or are too many to parse)."""
 
     type_name: str
-    error: str
+    error: str  # what is wrong, as a field violation's description
 
 
-def tolerant(message_cls: type[Message]) -> Callable[[bytes], Message | Malformed]:
-    """A request deserializer that returns Malformed instead of raising."""
+SINGLE_REQUEST_BYTES = 64 * 1024  # a request without repeated messages is far smaller
+
+
+def request_cap(message_cls: type[Message], max_request_bytes: int) -> int:
+    """The most bytes a request of this type may hold: a batch (a message with a repeated
+    message field) up to `max_request_bytes`, any other up to SINGLE_REQUEST_BYTES."""
+    fields = message_cls.DESCRIPTOR.fields
+    batch = any(f.is_repeated and f.message_type is not None for f in fields)
+    return max_request_bytes if batch else min(SINGLE_REQUEST_BYTES, max_request_bytes)
+
+
+def tolerant(message_cls: type[Message], max_bytes: int) -> Callable[[bytes], Message | Malformed]:
+    """A request deserializer that returns Malformed instead of raising, and does not parse a
+    request larger than `max_bytes` (its copies would cost memory for nothing)."""
+    name = message_cls.DESCRIPTOR.full_name
 
     def parse(data: bytes) -> Message | Malformed:
+        if len(data) > max_bytes:
+            return Malformed(
+                name, f"is {len(data):,} bytes, more than the {max_bytes:,} a {name} may hold"
+            )
         try:
             return message_cls.FromString(data)
         except (DecodeError, RuntimeError, ValueError) as err:  # RecursionError is a RuntimeError
-            return Malformed(message_cls.DESCRIPTOR.full_name, shorten(str(err), 120))
+            return Malformed(name, f"is not a valid {name}: {shorten(str(err), 120)}")
 
     return parse
 
@@ -70,7 +87,7 @@ def check_message(request: object, max_chars: int, prefix: str = "") -> Message:
     """The request as a proto message, or INVALID_ARGUMENT if it did not parse or a string is
     too long."""
     if isinstance(request, Malformed):
-        bad(prefix or "request", f"is not a valid {request.type_name}: {request.error}")
+        bad(prefix or "request", request.error)
     assert isinstance(request, Message)
     check_strings(request, max_chars, prefix)
     return request

@@ -94,8 +94,9 @@ class Settings(BaseSettings):
 
     # --- message bounds ---------------------------------------------------------------------
     max_request_bytes: int = Field(
-        default=4 * 1024 * 1024,
-        description="Largest request message; beyond it RESOURCE_EXHAUSTED (bytes).",
+        default=1024 * 1024,
+        description="Largest PlanBatch request, beyond it RESOURCE_EXHAUSTED; any other request "
+        "is refused past 64 KiB (bytes).",
         ge=1024,
     )
     max_message_bytes: int = Field(

@@ -35,7 +35,10 @@ def shorten(text: str, limit: int = ECHO_CHARS) -> str:
 
 
 def echo(value: Any) -> str:
-    """A caller's value as an error shows it: its repr, truncated."""
+    """A caller's value as an error shows it: its repr, truncated (a long string is cut before
+    it is quoted, so no copy of it is made)."""
+    if isinstance(value, str | bytes) and len(value) > ECHO_CHARS:
+        return f"{value[: ECHO_CHARS - 24]!r}... ({len(value):,} characters)"
     return shorten(repr(value))
 
 
