@@ -4,6 +4,7 @@
     python -m benchmarks throughput [--quick] [-n N] [--workers W] [--pool process,thread]
     python -m benchmarks scaling [--quick] [--time-limit S]
     python -m benchmarks fidelity [...]         # benchmarks/fidelity.py, when present
+    python -m benchmarks soak [--quick] [--clients N] [--seconds S] [--fuzz N]
     python -m benchmarks all [--quick]          # each of the above; only --quick is passed on
 
 `<name> --help` lists a benchmark's options. The exit status is the largest of the benchmarks';
@@ -16,7 +17,7 @@ import importlib
 import sys
 from collections.abc import Callable
 
-NAMES = ("latency", "throughput", "scaling", "fidelity")
+NAMES = ("latency", "throughput", "scaling", "fidelity", "soak")
 USAGE = f"usage: python -m benchmarks {{{'|'.join((*NAMES, 'all'))}}} [--quick] [options]"
 
 
