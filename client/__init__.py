@@ -13,6 +13,7 @@ from meshplan.client.exceptions import (
     InvalidRequestError,
     OverloadedError,
     PlannerError,
+    UnauthenticatedError,
     UnavailableError,
 )
 from meshplan.client.security import Security
@@ -30,5 +31,6 @@ __all__ = [
     "PlannerClient",
     "PlannerError",
     "Security",
+    "UnauthenticatedError",
     "UnavailableError",
 ]

@@ -245,3 +245,10 @@ def test_the_image_builds_starts_and_answers_plan() -> None:
             assert client.plan(small_request(time_limit_s=10), timeout=60).config is not None
     finally:
         subprocess.run([docker, "stop", container], capture_output=True, timeout=60)
+
+
+def test_every_setting_is_documented_in_the_readme() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for name in Settings.model_fields:
+        assert f"`MESHPLAN_{name.upper()}`" in readme, name
+        assert f"`--{name.replace('_', '-')}`" in readme, name
