@@ -175,7 +175,10 @@ def _wire(num_gpus: int) -> bytes:
 )
 def test_long_strings_are_refused_and_echoed_truncated(length: int, said: str) -> None:
     name = "x" * length
-    with running_server(plan_fn=BlockingPlan()) as (port, _), raw_stub(port) as stub:
+    with (
+        running_server(plan_fn=lambda req, stop_event=None: no_plan("INFEASIBLE")) as (port, _),
+        raw_stub(port) as stub,
+    ):
         with pytest.raises(grpc.RpcError) as err:
             stub.Plan(
                 planner_pb2.PlanRequest(model={"preset": name}, cluster={"num_gpus": 8}), timeout=5
