@@ -1,21 +1,32 @@
-"""The soak benchmark's fuzzed calls: the property tests' generated instances (tests/
+"""The soak benchmark's fuzz phase: the property tests' generated instances (tests/
 test_oracle_property.py), the same with one field set to an extreme value, evaluations of random
-layouts, small batches, and garbage bytes, each sent raw to a method of meshplan.v1.Planner."""
+layouts, small batches, and garbage bytes, each sent raw to a method of meshplan.v1.Planner; then
+the server's log says how long it took over each call."""
 
 from __future__ import annotations
 
 import math
 import random
 import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from benchmarks.common import Summary
+
+if TYPE_CHECKING:
+    from benchmarks.soak import Server
+
 ROOT = Path(__file__).resolve().parent.parent
 PLAN, EVALUATE, BATCH, CATALOG = "Plan", "Evaluate", "PlanBatch", "ListCatalog"
+FUZZ_THREADS = 32  # concurrent fuzzing callers, each with its own token
+LATE_S = 0.100  # a call the server ends later than its deadline + this is late
 
 _INTS = [0, -1, 1, 7, 2**31 - 1, -(2**31)]
 _INT64S = [*_INTS, 2**63 - 1, -(2**63)]
@@ -134,3 +145,77 @@ def fuzz_calls(count: int, seed: int = 0, max_deadline_s: float = 1.0) -> list[F
                 FuzzCall(method, _garbage(rng, base.SerializeToString()), deadline, "garbage")
             )
     return out
+
+
+def _fuzz_one(channel: Any, call: FuzzCall, index: int, token: str) -> tuple[str, int, float]:
+    """(status, INTERNAL batch items, client-side seconds) of one raw call."""
+    import grpc
+
+    from meshplan.v1 import planner_pb2
+
+    path = f"/meshplan.v1.Planner/{call.method}"
+    metadata = (("authorization", f"Bearer {token}"), ("x-request-id", f"fz-{index}"))
+    t0 = time.perf_counter()
+    internal_items = 0
+    try:
+        if call.method == BATCH:
+            for raw in channel.unary_stream(path)(
+                call.body, timeout=call.deadline_s, metadata=metadata
+            ):
+                answer = planner_pb2.PlanBatchResponse.FromString(raw)
+                internal_items += (
+                    answer.WhichOneof("outcome") == "error" and answer.error.code == "INTERNAL"
+                )
+        else:
+            channel.unary_unary(path)(call.body, timeout=call.deadline_s, metadata=metadata)
+        status = "OK"
+    except grpc.RpcError as err:
+        status = err.code().name
+    return status, internal_items, time.perf_counter() - t0
+
+
+def fuzz_phase(server: Server, tokens: list[str], count: int) -> dict[str, Any]:
+    import grpc
+
+    calls = fuzz_calls(count)
+    channels = [grpc.insecure_channel(server.target) for _ in range(FUZZ_THREADS)]
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(FUZZ_THREADS) as pool:
+        futures = [
+            pool.submit(_fuzz_one, channels[i % FUZZ_THREADS], c, i, tokens[i % len(tokens)])
+            for i, c in enumerate(calls)
+        ]
+        outcomes = [f.result() for f in futures]
+    wall = time.monotonic() - t0
+    for ch in channels:
+        ch.close()
+    by_id = {line.get("request_id"): line for line in server.lines() if line.get("method")}
+    late, logged, internal_lines = [], 0, 0
+    for i, call in enumerate(calls):
+        line = by_id.get(f"fz-{i}")
+        if line is None:
+            continue  # refused by gRPC itself (e.g. a message over the size cap)
+        logged += 1
+        if line.get("call_s", 0.0) > call.deadline_s + LATE_S:
+            late.append(
+                {
+                    "index": i,
+                    "deadline_s": call.deadline_s,
+                    "call_s": line["call_s"],
+                    "kind": call.kind,
+                }
+            )
+    internal_lines = sum(1 for line in server.lines() if line.get("status") == "INTERNAL")
+    return {
+        "calls": len(calls),
+        "seconds": wall,
+        "codes": dict(Counter(status for status, _, _ in outcomes)),
+        "kinds": dict(Counter(c.kind for c in calls)),
+        "internal": sum(s == "INTERNAL" for s, _, _ in outcomes),
+        "internal_items": sum(items for _, items, _ in outcomes),
+        "internal_log_lines": internal_lines,
+        "logged": logged,
+        "late": late[:20],
+        "late_count": len(late),
+        "client_s": Summary.of([s for _, _, s in outcomes]).__dict__,
+    }
