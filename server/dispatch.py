@@ -1,10 +1,12 @@
 """Where solves run: one small interface between the event loop and the solver.
 
-The servicer awaits `runner.run(fn, *args, stop=event)`; the runner owns the threads (or, later,
-processes) the solves run on. `ThreadRunner` uses a thread pool: CP-SAT releases the GIL while it
-solves, and the event loop that answers health, reflection and the catalog stays free. A process
-pool runner only has to honour the same contract: `stop` set means "finish now", and `run`
-returns only once the solve has really ended, so a solver slot is never handed on early.
+`runner.start(fn, *args, stop=event)` begins a blocking solve off the event loop and returns an
+asyncio future that completes when the solve has really ended; setting `stop` asks it to end
+now. The runtime answers a call at its deadline without waiting for that future, and hands the
+solver slot on only when the future completes, so the slots always count what really runs.
+`ThreadRunner` uses a thread pool: CP-SAT releases the GIL while it solves, and the event loop
+that answers health, reflection and the catalog stays free. A process-pool runner only has to
+keep the same contract (forward `stop` to the worker; complete the future when it returns).
 """
 
 from __future__ import annotations
@@ -19,11 +21,10 @@ T = TypeVar("T")
 
 
 class SolveRunner(Protocol):
-    """Runs one blocking solve off the event loop."""
+    """Runs blocking solves off the event loop."""
 
-    async def run(self, fn: Callable[..., T], *args: Any, stop: threading.Event) -> T:
-        """fn(*args); if the awaiting task is cancelled, set `stop`, wait for fn to return,
-        and re-raise the cancellation."""
+    def start(self, fn: Callable[..., T], *args: Any, stop: threading.Event) -> asyncio.Future[T]:
+        """Begin fn(*args); the future completes with its result once it has returned."""
         ...
 
     def close(self) -> None:
@@ -32,21 +33,14 @@ class SolveRunner(Protocol):
 
 
 class ThreadRunner:
-    """SolveRunner over a thread pool of `workers` threads (one per solver slot)."""
+    """SolveRunner over a thread pool of `workers` threads (one per solver slot); the solver
+    itself polls `stop` (solver.plan's stop_event), so the runner only has to pass it on."""
 
     def __init__(self, workers: int) -> None:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshplan-solve")
 
-    async def run(self, fn: Callable[..., T], *args: Any, stop: threading.Event) -> T:
-        future = asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            stop.set()  # the solver polls this event (and CP-SAT is told to stop)
-            await asyncio.wait({future})  # the slot stays taken until the thread is free
-            if not future.cancelled():
-                future.exception()  # retrieved: the call has ended, its outcome is moot
-            raise
+    def start(self, fn: Callable[..., T], *args: Any, stop: threading.Event) -> asyncio.Future[T]:
+        return asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

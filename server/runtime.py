@@ -221,8 +221,9 @@ class Runtime:
     # --- solves -----------------------------------------------------------------------------
 
     async def solve(self, call: CallState, method: str, fn: Callable[..., T], *args: Any) -> T:
-        """fn(*args) on a solver slot, after the call's fair turn; the call's stop event is
-        set if the call ends while it runs."""
+        """fn(*args) on a solver slot, after the call's fair turn. If the call ends first
+        (cancelled, or its deadline), its stop event is set and it ends at once; the slot is
+        handed on when the solve has really returned."""
         m = self.metrics
         m.solves_queued.inc()
         try:
@@ -231,14 +232,27 @@ class Runtime:
             m.solves_queued.dec()
         m.solves_in_flight.inc()
         started = time.monotonic()
-        try:
-            return await self.runner.run(fn, *args, stop=call.stop)
-        finally:
+
+        def finished(_: object) -> None:
             took = time.monotonic() - started
-            call.solve_s += took
             m.solve_seconds.labels(method).observe(took)
             m.solves_in_flight.dec()
             self.slots.release(call.caller)
+
+        try:
+            future = self.runner.start(fn, *args, stop=call.stop)
+        except BaseException:
+            finished(None)
+            raise
+        future.add_done_callback(finished)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            call.stop.set()  # the solver polls it (and tells CP-SAT to stop)
+            future.add_done_callback(_retrieve)  # its outcome is moot now
+            raise
+        finally:
+            call.solve_s += time.monotonic() - started
 
     async def drain(self, grace_s: float) -> bool:
         """Refuse new calls; wait up to `grace_s` for the admitted ones. True if all finished."""
@@ -248,6 +262,11 @@ class Runtime:
         except TimeoutError:
             return False
         return True
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # marked retrieved: no "exception was never retrieved" warning
 
 
 def internal(call: CallState) -> RpcFailure:

@@ -209,7 +209,8 @@ class PlannerServicer:
         try:
             for done in range(count):
                 try:
-                    answer = await asyncio.wait_for(answers.get(), max(call.remaining(), 0))
+                    left = call.remaining() - self.settings.deadline_margin_s
+                    answer = await asyncio.wait_for(answers.get(), max(left, 0))
                 except TimeoutError:
                     raise RpcFailure(
                         grpc.StatusCode.DEADLINE_EXCEEDED,
