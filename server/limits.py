@@ -56,7 +56,6 @@ class CallState:
     started: float = field(default_factory=time.monotonic)
     stop: threading.Event = field(default_factory=threading.Event)  # read by solver threads
     solve_s: float = 0.0
-    plan_status: str = ""  # PlanStatus of a Plan answer (metrics)
 
     def remaining(self) -> float:
         """Seconds until the call's deadline."""

@@ -87,8 +87,6 @@ class Runtime:
         m.call_seconds.labels(call.method).observe(elapsed)
         if status == "RESOURCE_EXHAUSTED":
             m.rejected.labels(call.method).inc()
-        if call.plan_status:
-            m.plans.labels(call.plan_status).inc()
         fields: dict[str, Any] = {
             "method": call.method,
             "request_id": call.request_id,
@@ -113,8 +111,8 @@ class Runtime:
 
     def refused(self, method: str, peer: str) -> None:
         """Log and count a call refused before it was parsed (no valid token)."""
-        self.metrics.calls.labels(method.rsplit("/", 1)[-1], "UNAUTHENTICATED").inc()
         name = method.rsplit("/", 1)[-1]
+        self.metrics.calls.labels(name, "UNAUTHENTICATED").inc()
         fields = {"method": name, "status": "UNAUTHENTICATED", "peer": peer}
         log.info("method=%s status=UNAUTHENTICATED", name, extra={FIELDS: fields})
 
