@@ -27,6 +27,14 @@ def _flag_type(annotation: Any) -> tuple[Any, list[str] | None]:
     return annotation, None
 
 
+def _metavar(name: str, kind: Any) -> str:
+    if name.startswith(("tls_", "auth_")):
+        return "PATH"
+    if name.endswith("_s"):
+        return "SECONDS"
+    return "N" if kind in (int, float) else name.upper()
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per server setting (also settable as MESHPLAN_<NAME> in the environment)."""
     for name, info in Settings.model_fields.items():
@@ -42,7 +50,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
             )
         else:
             parser.add_argument(
-                flag, dest=name, type=kind, choices=choices, default=None, help=help_text
+                flag,
+                dest=name,
+                type=kind,
+                choices=choices,
+                default=None,
+                metavar=_metavar(name, kind) if choices is None else None,
+                help=help_text,
             )
 
 
