@@ -1,13 +1,16 @@
 """The scheduler RPCs on a real server on loopback: answers equal the in-process ones, the same
 request gives the same bytes from the cache, bad input is INVALID_ARGUMENT naming the field, a
-256-cell curve honours its deadline, a cancelled call stops its work, and a query takes a solver
-slot like a plan."""
+256-cell curve honours its deadline, a cancelled call stops its work, a query takes a solver
+slot like a plan, and the CLI's subcommands reach a server with a token."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -24,6 +27,7 @@ from meshplan.solver.scheduler import (
     replan,
     scaling_curve,
 )
+from meshplan.tools.cli import main as cli_main
 from meshplan.v1 import planner_pb2
 
 CURVE = {
@@ -190,3 +194,31 @@ def test_a_cancelled_query_stops_its_work_and_frees_its_slot() -> None:
                     assert err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
                     assert time.monotonic() < deadline, "the cancelled curve kept its slot"
                     time.sleep(0.1)
+
+
+def test_the_cli_subcommands_answer_through_a_server_with_a_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = tmp_path / "tokens"
+    token.write_text("scheduler-cli-token-0123456789\n")
+    curve = ["curve", "--model", "llama3-8b", "--seq-len", "4096", "--counts", "4,8",
+             "--batch", "fixed-global", "--global-batch-tokens", str(4096 * 64), "--json"]  # fmt: skip
+    admit = ["admit", "--model", "llama3-8b", "--batch", "free", "--max-gpus", "8",
+             "--tokens", "1000000", "--deadline-unix", "1000"]  # fmt: skip
+    saved = dict(os.environ)  # the connection flags are exported to the environment
+    try:
+        assert cli_main(curve) == 0
+        local = json.loads(capsys.readouterr().out)
+        with running_server(auth_token_file=str(token)) as (port, _):
+            remote = ["--server", f"{LOOPBACK}:{port}", "--token-file", str(token)]
+            assert cli_main([*curve, *remote]) == 0
+            assert json.loads(capsys.readouterr().out) == local  # the same answer, same key
+            assert cli_main([*admit, *remote]) == 2  # bad input: one line naming the field
+            err = capsys.readouterr().err
+            assert "deadline_unix_s" in err and len(err.strip().splitlines()) == 1, err
+            os.environ.pop("MESHPLAN_TOKEN_FILE")
+            assert cli_main([*curve, "--server", f"{LOOPBACK}:{port}"]) == 1
+            assert "UNAUTHENTICATED" in capsys.readouterr().err
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
