@@ -133,6 +133,8 @@ class Runtime:
             with ExitStack() as held:
                 if admit:
                     held.enter_context(self._admitted(call, batch_requests))
+                elif self.draining:  # a call that needs no ticket is still a new call
+                    raise _shutting_down()
                 # answered just before the caller gives up, so both see DEADLINE_EXCEEDED
                 margin = self.settings.deadline_margin_s
                 async with asyncio.timeout(max(call.remaining() - margin, 0)):
@@ -190,7 +192,7 @@ class Runtime:
     def _admitted(self, call: CallState, batch_requests: int) -> Iterator[None]:
         """Hold an admission ticket (UNAVAILABLE while draining, RESOURCE_EXHAUSTED if full)."""
         if self.draining:
-            raise RpcFailure(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+            raise _shutting_down()
         try:
             with self.admission.admit(call.caller, batch_requests):
                 self.idle.clear()
@@ -265,6 +267,11 @@ class Runtime:
 def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()  # marked retrieved: no "exception was never retrieved" warning
+
+
+def _shutting_down() -> RpcFailure:
+    """UNAVAILABLE while draining: the client's retry policy moves the call to another replica."""
+    return RpcFailure(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
 
 
 def internal(call: CallState) -> RpcFailure:

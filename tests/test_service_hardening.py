@@ -118,6 +118,9 @@ def test_drain_answers_not_serving_and_an_open_watch_does_not_hold_it() -> None:
             raw = channel.unary_unary("/meshplan.v1.Planner/Plan")
             raw(plan_message(small_request()).SerializeToString(), timeout=5)
         assert late.value.code() == grpc.StatusCode.UNAVAILABLE
+        with pytest.raises(grpc.RpcError) as catalog:  # no ticket needed, still a new call
+            channel.unary_unary("/meshplan.v1.Planner/ListCatalog")(b"", timeout=5)
+        assert catalog.value.code() == grpc.StatusCode.UNAVAILABLE
         drainer.join(20)
         in_flight.join(20)
         assert outcome == [True] and len(answers) == 1  # the call in flight finished
