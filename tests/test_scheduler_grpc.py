@@ -156,6 +156,21 @@ def test_bad_input_is_invalid_argument_naming_the_field(
     assert got == field, why
 
 
+@pytest.mark.parametrize("field", ["now_unix_s", "deadline_s", "clusters.price_per_gpu_hour"])
+def test_an_infinite_number_is_invalid_argument_naming_it(port: int, field: str) -> None:
+    """(It was INTERNAL: an infinite deadline or price has no canonical JSON for the cache key.)"""
+    body = {k: CURVE[k] for k in ("model", "training", "batch")}
+    req = {**body, "clusters": [{"max_gpus": 16}], "work": {"steps": 10}, "deadline_s": 3600.0}
+    msg = _message("SmallestAllocation", AdmitRequest.model_validate(req))
+    if field.startswith("clusters."):
+        msg.clusters[0].price_per_gpu_hour = float("inf")
+    else:
+        setattr(msg, field, float("inf"))
+    with raw_stub(port) as stub:
+        got, why = _violation(lambda: stub.SmallestAllocation(msg, timeout=60))
+    assert got == field.replace("clusters.", "clusters[0].") and "finite" in why, (got, why)
+
+
 def test_a_malformed_message_names_the_missing_field(port: int) -> None:
     msg = _message("ScalingCurve", CurveRequest.model_validate(CURVE))
     msg.batch.Clear()  # no batch kind: the policy must be stated
