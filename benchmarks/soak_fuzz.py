@@ -1,7 +1,8 @@
 """The soak benchmark's fuzz phase: the property tests' generated instances (tests/
 test_oracle_property.py), the same with one field set to an extreme value, evaluations of random
-layouts, small batches, and garbage bytes, each sent raw to a method of meshplan.v1.Planner; then
-the server's log says how long it took over each call."""
+layouts, small batches, scheduler queries built from the same instances (some with an extreme
+field), and garbage bytes, each sent raw to a method of meshplan.v1.Planner; then the server's
+log says how long it took over each call."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN, EVALUATE, BATCH, CATALOG = "Plan", "Evaluate", "PlanBatch", "ListCatalog"
+CURVE, REPLAN, ADMIT, FRONT = "ScalingCurve", "Replan", "SmallestAllocation", "TrainingFront"
+SCHEDULER = (CURVE, REPLAN, ADMIT, FRONT)
 FUZZ_THREADS = 32  # concurrent fuzzing callers, each with its own token
 LATE_S = 0.100  # a call the server ends later than its deadline + this is late
 
@@ -102,9 +105,57 @@ def _garbage(rng: random.Random, valid: bytes) -> bytes:
     return bytes(flipped)
 
 
+def scheduler_message(method: str, base: Message, rng: random.Random) -> Message:
+    """A scheduler query over the model, GPU and training of plan request `base`: a small grid
+    around its GPU count, a batch policy, and (Replan) a random running layout."""
+    from meshplan.v1 import scheduler_pb2
+
+    n = max(base.cluster.num_gpus, 1)
+    cls = {
+        CURVE: scheduler_pb2.ScalingCurveRequest,
+        REPLAN: scheduler_pb2.ReplanRequest,
+        ADMIT: scheduler_pb2.SmallestAllocationRequest,
+        FRONT: scheduler_pb2.TrainingFrontRequest,
+    }[method]
+    msg = cls()
+    msg.model.CopyFrom(base.model)
+    msg.training.CopyFrom(base.training)
+    msg.options.cell_time_limit_s = rng.choice([0.05, 0.2, 1.0])
+    kind = rng.choice(["FIXED_GLOBAL", "FIXED_PER_REPLICA", "FREE"])
+    msg.batch.kind = scheduler_pb2.BatchPolicyKind.Value(f"BATCH_POLICY_KIND_{kind}")
+    seq = base.training.seq_len or 4096
+    if kind == "FIXED_GLOBAL":
+        msg.batch.global_batch_tokens = seq * rng.choice([8, 64, 512])
+    elif kind == "FIXED_PER_REPLICA":
+        msg.batch.per_replica_batch_tokens = seq * rng.choice([1, 4])
+    if method == REPLAN:
+        msg.cluster.CopyFrom(base.cluster)
+        for name in ("tp", "pp", "dp", "micro_batch_size", "num_microbatches"):
+            setattr(msg.config, name, rng.choice([1, 1, 2, 4, 8, 3, 0]))
+        msg.event.delta_nodes = rng.choice([-1, 1, -2])
+        msg.compatibility = scheduler_pb2.CompatibilityLevel.Value(
+            rng.choice(["COMPATIBILITY_LEVEL_SAME_MODEL_PARALLEL", "COMPATIBILITY_LEVEL_FREE"])
+        )
+        return msg
+    template = msg.clusters.add()
+    template.gpu = base.cluster.gpu or "h100-sxm-80gb"
+    if base.cluster.HasField("gpus_per_node"):
+        template.gpus_per_node = base.cluster.gpus_per_node
+    msg.grid.counts.extend(sorted({max(n // 2, 1), n}))
+    if method == ADMIT:
+        template.max_gpus = n
+        msg.work.tokens = rng.choice([10**9, 10**12])
+        msg.deadline_s = rng.choice([3600.0, 86400.0 * 30])
+    elif method == FRONT:
+        template.price_per_gpu_hour = 2.0
+        msg.token_budget = 10**11
+    return msg
+
+
 def fuzz_calls(count: int, seed: int = 0, max_deadline_s: float = 1.0) -> list[FuzzCall]:
-    """`count` raw calls: 40% generated plans, 25% with one extreme field, 10% evaluations of a
-    random layout, 5% batches, 20% garbage; each with a deadline of 0.05..max_deadline_s."""
+    """`count` raw calls: 40% generated plans, 20% with one extreme field, 10% evaluations of a
+    random layout, 5% batches, 5% scheduler queries (a third with an extreme field), 20% garbage
+    (to any method); each with a deadline of 0.05..max_deadline_s."""
     from meshplan.client.sync import plan_message
     from meshplan.v1 import planner_pb2
 
@@ -118,13 +169,13 @@ def fuzz_calls(count: int, seed: int = 0, max_deadline_s: float = 1.0) -> list[F
         deadline = rng.uniform(0.05, max_deadline_s)
         if roll < 0.40:
             out.append(FuzzCall(PLAN, base.SerializeToString(), deadline, "generated"))
-        elif roll < 0.65:
+        elif roll < 0.60:
             msg = planner_pb2.PlanRequest()
             msg.CopyFrom(base)
             for _ in range(rng.randint(1, 3)):
                 _set_extreme(msg, rng)
             out.append(FuzzCall(PLAN, msg.SerializeToString(), deadline, "extreme"))
-        elif roll < 0.75:
+        elif roll < 0.70:
             ev = planner_pb2.EvaluateRequest(
                 model=base.model, cluster=base.cluster, training=base.training
             )
@@ -133,14 +184,20 @@ def fuzz_calls(count: int, seed: int = 0, max_deadline_s: float = 1.0) -> list[F
             if rng.random() < 0.3:
                 _set_extreme(ev, rng)
             out.append(FuzzCall(EVALUATE, ev.SerializeToString(), deadline, "evaluate"))
-        elif roll < 0.80:
+        elif roll < 0.75:
             items = [rng.choice(pool) for _ in range(rng.randint(1, 6))]
             batch = planner_pb2.PlanBatchRequest(requests=items)
             if rng.random() < 0.5:
                 _set_extreme(batch.requests[0], rng)
             out.append(FuzzCall(BATCH, batch.SerializeToString(), deadline, "batch"))
+        elif roll < 0.80:
+            method = rng.choice(SCHEDULER)
+            query = scheduler_message(method, base, rng)
+            if rng.random() < 0.33:
+                _set_extreme(query, rng)
+            out.append(FuzzCall(method, query.SerializeToString(), deadline, "scheduler"))
         else:
-            method = rng.choice([PLAN, PLAN, EVALUATE, BATCH, CATALOG])
+            method = rng.choice([PLAN, PLAN, EVALUATE, BATCH, CATALOG, rng.choice(SCHEDULER)])
             out.append(
                 FuzzCall(method, _garbage(rng, base.SerializeToString()), deadline, "garbage")
             )

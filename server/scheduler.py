@@ -34,6 +34,7 @@ from meshplan.solver.scheduler import (
     ReplanRequest,
     SchedulerInputError,
     cache_key,
+    cost_model_version,
     replan,
     scaling_curve,
     smallest_allocation,
@@ -60,6 +61,7 @@ class SchedulerServicer:
         self.settings = runtime.settings
         self.answers: AnswerCache[Message] = AnswerCache(ANSWER_CACHE_ENTRIES)
         self.curves: AnswerCache[CurveResult] = AnswerCache(ANSWER_CACHE_ENTRIES)
+        cost_model_version()  # hashes the core's files once, now, not in a call on the loop
 
     # --- RPCs -------------------------------------------------------------------------------
 

@@ -152,7 +152,7 @@ def test_soak_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _ordered(load["health"])
     assert load["health_failures"] == 0 and load["rss_before_mb"] > 0 and load["rss_after_mb"] > 0
     assert fuzz["calls"] == soak.QUICK["fuzz"] == sum(fuzz["codes"].values())
-    assert sum(fuzz["kinds"].values()) == fuzz["calls"] and len(fuzz["kinds"]) == 5
+    assert sum(fuzz["kinds"].values()) == fuzz["calls"] and len(fuzz["kinds"]) == 6
     assert fuzz["internal"] == fuzz["internal_items"] == fuzz["internal_log_lines"] == 0
     assert 0 < fuzz["logged"] <= fuzz["calls"] and fuzz["late_count"] == len(fuzz["late"])
     assert rep["exit_code"] == 0

@@ -399,3 +399,39 @@ def _rss(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise AssertionError("no VmRSS")
+
+
+_FREEZE_PROBE = """
+import gc, json, statistics, time
+import meshplan.server.app, meshplan.solver.planner, meshplan.solver.scheduler
+from meshplan.server.memory import freeze_startup_heap
+
+def full_pass():
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        gc.collect()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+before = full_pass()
+frozen = freeze_startup_heap()
+print(json.dumps({"before": before, "after": full_pass(), "frozen": frozen}))
+"""
+
+
+def test_the_servers_start_up_heap_is_out_of_full_collections() -> None:
+    """A full collection holds the GIL over every tracked object: with the server's modules
+    loaded it took tens of ms and stalled the event loop (calls ended past their deadline);
+    serve() freezes the start-up heap, so a full pass walks only what requests made."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _FREEZE_PROBE], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["frozen"] > 10_000
+    assert got["after"] < got["before"] / 10, got
