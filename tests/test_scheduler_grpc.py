@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,13 @@ import grpc
 import pytest
 from test_grpc_support import LOOPBACK, raw_stub, running_server
 
-from meshplan.client import AsyncPlannerClient, InvalidRequestError, PlannerClient
+from meshplan.client import (
+    AsyncPlannerClient,
+    InvalidRequestError,
+    OverloadedError,
+    PlannerClient,
+    PlannerError,
+)
 from meshplan.client.exceptions import DeadlineExceededError, error_from_rpc
 from meshplan.client.scheduler import _message
 from meshplan.solver.scheduler import (
@@ -27,6 +34,7 @@ from meshplan.solver.scheduler import (
     replan,
     scaling_curve,
 )
+from meshplan.solver.schema import PlanRequest
 from meshplan.tools.cli import main as cli_main
 from meshplan.v1 import planner_pb2
 
@@ -200,15 +208,18 @@ def test_a_cancelled_query_stops_its_work_and_frees_its_slot() -> None:
                 stub.Plan(plan, timeout=30)
             assert busy.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
             future.cancel()
-            deadline = time.monotonic() + 5.0
-            while True:  # the server's work stops: the slot comes free within seconds
+            cancelled = time.monotonic()
+            while True:  # the call's ticket comes back at once; then the plan needs the slot
                 try:
                     stub.Plan(plan, timeout=30)
                     break
                 except grpc.RpcError as err:
                     assert err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-                    assert time.monotonic() < deadline, "the cancelled curve kept its slot"
+                    assert time.monotonic() - cancelled < 5.0, "the cancelled call kept its ticket"
                     time.sleep(0.1)
+            # the server's work stopped: the solver slot came free within seconds, not after
+            # the whole curve (tens of seconds)
+            assert time.monotonic() - cancelled < 5.0, "the cancelled curve kept its slot"
 
 
 def test_the_cli_subcommands_answer_through_a_server_with_a_token(
@@ -237,3 +248,68 @@ def test_the_cli_subcommands_answer_through_a_server_with_a_token(
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def _scrape(port: int) -> dict[str, float]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/metrics", timeout=5) as page:
+        lines = page.read().decode().splitlines()
+    return {
+        name: float(value)
+        for name, value in (x.rsplit(" ", 1) for x in lines if x and not x.startswith("#"))
+    }
+
+
+def test_a_query_counts_as_a_solve_for_limits_deadline_and_metrics(tmp_path: Path) -> None:
+    """One solver slot, one call per caller: caller A's 256-cell curve holds the slot, A's next
+    call is refused, caller B's plan waits its turn and runs once the curve's deadline has
+    stopped the curve's work; the metrics count the query like a solve, and a cache hit
+    without one."""
+    tokens = ("caller-a-token-0123456789", "caller-b-token-0123456789")
+    (tmp_path / "tokens").write_text("\n".join(tokens) + "\n")
+    settings = {
+        "max_concurrent_solves": 1,
+        "max_queued_solves": 4,
+        "max_calls_per_caller": 1,
+        "auth_token_file": str(tmp_path / "tokens"),
+        "metrics_port": 0,
+        "metrics_host": LOOPBACK,
+    }
+    small = CurveRequest.model_validate(CURVE)
+    with (
+        running_server(**settings) as (port, server),
+        PlannerClient(f"{LOOPBACK}:{port}", token=tokens[0]) as a,
+        PlannerClient(f"{LOOPBACK}:{port}", token=tokens[1]) as b,
+    ):
+        plan = PlanRequest.model_validate(
+            {"model": {"preset": "llama3-8b"}, "cluster": {"num_gpus": 8}}
+        )
+        outcome: list[BaseException] = []
+
+        def big_curve() -> None:
+            try:
+                a.scaling_curve(CurveRequest.model_validate(BIG), timeout=1.5)
+            except PlannerError as err:
+                outcome.append(err)
+
+        curve = threading.Thread(target=big_curve)
+        curve.start()
+        time.sleep(0.5)  # the curve holds the only slot, and A's only call
+        with pytest.raises(OverloadedError):
+            a.plan(plan, timeout=10)
+        started = time.monotonic()
+        assert b.plan(plan, timeout=20).config is not None  # queued behind the curve, then run
+        waited = time.monotonic() - started
+        curve.join(10)
+        assert [type(e) for e in outcome] == [DeadlineExceededError]
+        assert 0.5 < waited < 6.0, waited  # the curve's deadline (1.5 s) freed the slot
+        for _ in range(2):
+            a.scaling_curve(small, timeout=120)  # computed once, then from the cache
+        m = _scrape(server.metrics_port)
+    assert m['meshplan_calls_total{code="DEADLINE_EXCEEDED",method="ScalingCurve"}'] == 1
+    assert m['meshplan_calls_total{code="OK",method="ScalingCurve"}'] == 2
+    assert m['meshplan_rejected_calls_total{method="Plan"}'] == 1
+    assert m['meshplan_solve_duration_seconds_count{method="ScalingCurve"}'] == 2  # no hit
+    assert m['meshplan_calls_total{code="OK",method="Plan"}'] == 1
+    assert m["meshplan_solves_in_flight"] == 0 and m["meshplan_solves_queued"] == 0
