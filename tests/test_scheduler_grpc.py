@@ -313,3 +313,21 @@ def test_a_query_counts_as_a_solve_for_limits_deadline_and_metrics(tmp_path: Pat
     assert m['meshplan_solve_duration_seconds_count{method="ScalingCurve"}'] == 2  # no hit
     assert m['meshplan_calls_total{code="OK",method="Plan"}'] == 1
     assert m["meshplan_solves_in_flight"] == 0 and m["meshplan_solves_queued"] == 0
+
+
+@pytest.mark.parametrize(
+    "method", ["ScalingCurve", "Replan", "SmallestAllocation", "TrainingFront"]
+)
+def test_garbage_bytes_are_invalid_argument(port: int, method: str) -> None:
+    with grpc.insecure_channel(f"{LOOPBACK}:{port}") as channel:
+        call = channel.unary_unary(f"/meshplan.v1.Planner/{method}")
+        got, _ = _violation(lambda: call(b"\xff\xff\xff garbage", timeout=10))
+        assert got == "request"
+
+
+def test_a_long_name_is_refused_and_echoed_truncated(port: int) -> None:
+    msg = _message("ScalingCurve", CurveRequest.model_validate(CURVE))
+    msg.clusters[0].gpu = "g" * 5000
+    with raw_stub(port) as stub:
+        got, why = _violation(lambda: stub.ScalingCurve(msg, timeout=10))
+    assert got == "clusters[0].gpu" and "5,000 characters" in why and len(why) < 400, why
