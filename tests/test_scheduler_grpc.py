@@ -29,6 +29,7 @@ from meshplan.client.scheduler import _message
 from meshplan.solver.scheduler import (
     AdmitRequest,
     CurveRequest,
+    CurveResult,
     FrontRequest,
     ReplanRequest,
     replan,
@@ -304,8 +305,13 @@ def test_a_query_counts_as_a_solve_for_limits_deadline_and_metrics(tmp_path: Pat
         curve.join(10)
         assert [type(e) for e in outcome] == [DeadlineExceededError]
         assert 0.5 < waited < 6.0, waited  # the curve's deadline (1.5 s) freed the slot
-        for _ in range(2):
-            a.scaling_curve(small, timeout=120)  # computed once, then from the cache
+        first = a.scaling_curve(small, timeout=120)  # computed once, then from the cache
+
+        async def again() -> CurveResult:  # the async client, with the token, the same answer
+            async with AsyncPlannerClient(f"{LOOPBACK}:{port}", token=tokens[0]) as c:
+                return await c.scaling_curve(small, timeout=120)
+
+        assert asyncio.run(again()) == first
         m = _scrape(server.metrics_port)
     assert m['meshplan_calls_total{code="DEADLINE_EXCEEDED",method="ScalingCurve"}'] == 1
     assert m['meshplan_calls_total{code="OK",method="ScalingCurve"}'] == 2
