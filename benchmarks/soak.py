@@ -1,4 +1,4 @@
-"""Soak: the service under many clients and under fuzzed calls, against issue 11's targets.
+"""Soak: the service under many clients and under fuzzed calls, against the service's targets.
 
 The server runs as its own process (`python -m meshplan.server`, default settings, a token per
 client, JSON logs) so that its RSS is its own. Two phases:
@@ -94,7 +94,9 @@ class Server:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = arg_parser("soak", "The service under many clients and fuzzed calls (issue 11's targets).")
+    p = arg_parser(
+        "soak", "The service under many clients and fuzzed calls (the service's targets)."
+    )
     p.add_argument("--clients", type=int, help=f"concurrent clients (default {FULL['clients']})")
     p.add_argument("--seconds", type=float, help=f"load duration (default {FULL['seconds']:.0f})")
     p.add_argument("--fuzz", type=int, help=f"fuzzed calls (default {FULL['fuzz']:,})")
