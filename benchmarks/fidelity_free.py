@@ -54,11 +54,17 @@ def why(published: Performance, free: Performance) -> str:
     return ", ".join(out)
 
 
-def compare(runs: Sequence[CalibrationRun], time_limit_s: float = 10.0) -> list[dict[str, object]]:
-    """Every run: published and free layouts, predicted tokens/s per GPU of each, the gain."""
+def compare(
+    runs: Sequence[CalibrationRun],
+    time_limit_s: float = 10.0,
+    configs: Sequence[ParallelConfig] | None = None,
+) -> list[dict[str, object]]:
+    """Every run: published and free layouts, predicted tokens/s per GPU of each, the gain.
+    `configs`: the published layouts as scored (the unstated knobs set), default as loaded."""
     out = []
-    for r in runs:
-        ev = evaluate(r.request())
+    for i, r in enumerate(runs):
+        config = configs[i] if configs is not None else r.config
+        ev = evaluate(r.request().model_copy(update={"config": config}))
         req = PlanRequest(
             model=r.model,
             cluster=r.cluster,
@@ -66,7 +72,7 @@ def compare(runs: Sequence[CalibrationRun], time_limit_s: float = 10.0) -> list[
             options=Options(time_limit_s=time_limit_s, explain=False),
         )
         res = plan(req)
-        row: dict[str, object] = {"id": r.id, "published": layout(r.config), "fits": ev.fits}
+        row: dict[str, object] = {"id": r.id, "published": layout(config), "fits": ev.fits}
         if res.performance is None or res.config is None:
             row.update(free=None, gain=None, why=f"plan {res.status.value}")
         else:

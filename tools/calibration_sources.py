@@ -78,7 +78,9 @@ DEFAULTS = {
     "torchtitan": [
         "seq_len 8192 where not printed (train_config default at the benchmark commits)",
         "pipeline runs: 'local batch' split into pp micro-batches (pipeline_parallel_microbatches "
-        "defaults to the stage count); interleaved 1F1B = 2 chunks per stage",
+        "defaults to the stage count); interleaved 1F1B = 2 chunks per stage (torchtitan @ 9dec370 "
+        "parallelisms/pipelining_utils.py generate_split_points: 2 stages per rank when no "
+        "split points are given)",
         "ZeRO 3 (FSDP2), sequence parallelism whenever tp > 1; tp overlap in the async-TP runs "
         "(the 405B 3D/4D runs name AsyncTP)",
         "Float8 runs: FP8 matmul rate, BF16 state bytes (Float8Linear keeps no FP8 weights)",
