@@ -73,9 +73,9 @@ def test_interleaving_is_tried_only_where_the_layers_split_evenly() -> None:
 
 
 def test_a_default_that_does_not_fit_stays_a_candidate() -> None:
-    # NeMo's GPT-3 20B layout needs more than the default usable memory in the model; the run
-    # ran, so its stated default (no recomputation) is kept and only slower modes are added.
-    run = RUNS["nemo2407_h100_fp8_gpt3-20b_64gpu"]
+    # NeMo's Nemotron-4 340B layout needs more than the default usable memory in the model; the
+    # run ran, so its stated default (no recomputation) is kept and only slower modes are added.
+    run = RUNS["nemo2407_h100_fp8_nemotron-340b_128gpu"]
     assert not evaluate(run.request()).fits
     assert candidates(run)[0] == run.config
     assert evaluate_run(run).setting == {"recompute": "NONE"}
