@@ -6,6 +6,7 @@
     python -m benchmarks fidelity [...]         # benchmarks/fidelity.py, when present
     python -m benchmarks startup [--quick] [--runs N]   # meshplan --help/--version/catalog
     python -m benchmarks scheduler [--quick] [--repeats N]
+    python -m benchmarks soak [--quick] [--clients N] [--seconds S] [--fuzz N]
     python -m benchmarks all [--quick]          # each of the above; only --quick is passed on
 
 `<name> --help` lists a benchmark's options. The exit status is the largest of the benchmarks';
@@ -18,7 +19,7 @@ import importlib
 import sys
 from collections.abc import Callable
 
-NAMES = ("latency", "throughput", "scaling", "fidelity", "startup", "scheduler")
+NAMES = ("latency", "throughput", "scaling", "fidelity", "startup", "scheduler", "soak")
 USAGE = f"usage: python -m benchmarks {{{'|'.join((*NAMES, 'all'))}}} [--quick] [options]"
 
 

@@ -13,8 +13,10 @@ from meshplan.client.exceptions import (
     InvalidRequestError,
     OverloadedError,
     PlannerError,
+    UnauthenticatedError,
     UnavailableError,
 )
+from meshplan.client.security import Security
 from meshplan.client.sync import BatchItem, Catalog, PlannerClient
 
 __all__ = [
@@ -28,5 +30,7 @@ __all__ = [
     "OverloadedError",
     "PlannerClient",
     "PlannerError",
+    "Security",
+    "UnauthenticatedError",
     "UnavailableError",
 ]

@@ -8,9 +8,10 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from meshplan.client.channel import DEFAULT_TIMEOUT_S, channel_options, make_target
+from meshplan.client.channel import DEFAULT_TIMEOUT_S, make_target, open_channel
 from meshplan.client.exceptions import REQUEST_ID_KEY, error_from_rpc
 from meshplan.client.scheduler import AsyncSchedulerClient
+from meshplan.client.security import Security
 from meshplan.client.sync import (
     BatchItem,
     Catalog,
@@ -28,7 +29,9 @@ from meshplan.v1 import planner_pb2, planner_pb2_grpc
 
 
 class AsyncPlannerClient(AsyncSchedulerClient):
-    """Asyncio client of meshplan.v1.Planner; use `async with AsyncPlannerClient(...) as c`."""
+    """Asyncio client of meshplan.v1.Planner; use `async with AsyncPlannerClient(...) as c`.
+
+    Takes the same TLS and token arguments as PlannerClient (defaults from the environment)."""
 
     def __init__(
         self,
@@ -36,12 +39,27 @@ class AsyncPlannerClient(AsyncSchedulerClient):
         *,
         default_timeout: float = DEFAULT_TIMEOUT_S,
         max_attempts: int = 4,
+        tls: bool | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        token: str | None = None,
+        token_file: str | None = None,
+        allow_insecure_token: bool | None = None,
+        security: Security | None = None,
     ) -> None:
         self.target = make_target(target)
         self.default_timeout = default_timeout
-        self._channel = grpc.aio.insecure_channel(
-            self.target, options=channel_options(max_attempts)
+        self.security = security or Security.resolve(
+            tls=tls,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            token=token,
+            token_file=token_file,
+            allow_insecure_token=allow_insecure_token,
         )
+        self._channel = open_channel(self.target, self.security, max_attempts, aio=True)
         self._stub = planner_pb2_grpc.PlannerStub(self._channel)
 
     async def plan(self, req: PlanRequest, *, timeout: float | None = None) -> PlanResult:
@@ -64,7 +82,7 @@ class AsyncPlannerClient(AsyncSchedulerClient):
         call = self._stub.PlanBatch(
             batch_message(reqs),
             timeout=timeout or self.default_timeout,
-            metadata=((REQUEST_ID_KEY, request_id),),
+            metadata=self._metadata(request_id),
         )
         try:
             async for msg in call:
@@ -96,13 +114,14 @@ class AsyncPlannerClient(AsyncSchedulerClient):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def _metadata(self, request_id: str) -> tuple[tuple[str, str], ...]:
+        return ((REQUEST_ID_KEY, request_id), *self.security.metadata())
+
     async def _unary(self, method: Any, msg: object, timeout: float | None) -> Any:
         request_id = new_request_id()
         try:
             return await method(
-                msg,
-                timeout=timeout or self.default_timeout,
-                metadata=((REQUEST_ID_KEY, request_id),),
+                msg, timeout=timeout or self.default_timeout, metadata=self._metadata(request_id)
             )
         except grpc.RpcError as err:
             raise error_from_rpc(err, request_id) from None

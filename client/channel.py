@@ -5,6 +5,11 @@ from __future__ import annotations
 import ipaddress
 import json
 from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from meshplan.client.security import Security
 
 SERVICE = "meshplan.v1.Planner"
 DEFAULT_TIMEOUT_S = 60.0
@@ -54,7 +59,7 @@ def make_target(target: str | Sequence[str]) -> str:
         if "," not in target or ":/" in target or target.startswith(("ipv4:", "ipv6:")):
             return target
         target = [t.strip() for t in target.split(",") if t.strip()]
-    addresses = list(target)
+    addresses = list(dict.fromkeys(t.strip() for t in target))  # a repeated address once
     if len(addresses) == 1:
         return addresses[0]
     if not addresses:
@@ -77,3 +82,17 @@ def _family(address: str) -> str | None:
     except ValueError:
         return None
     return "ipv4" if ip.version == 4 else "ipv6"
+
+
+def open_channel(
+    target: str, security: Security, max_attempts: int = 4, *, aio: bool = False
+) -> Any:
+    """A sync (or asyncio) channel to `target`, TLS if `security` says so; ValueError if a token
+    would go in plaintext to another machine."""
+    security.check(target)
+    options = channel_options(max_attempts) + security.options()
+    creds = security.credentials()
+    grpc_ = grpc.aio if aio else grpc
+    if creds is None:
+        return grpc_.insecure_channel(target, options=options)
+    return grpc_.secure_channel(target, creds, options=options)

@@ -62,12 +62,17 @@ class CancelledError(PlannerError):
     """CANCELLED: the call was cancelled."""
 
 
+class UnauthenticatedError(PlannerError):
+    """UNAUTHENTICATED: the server wants a valid bearer token (token= / token_file=)."""
+
+
 _BY_CODE: dict[grpc.StatusCode, type[PlannerError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidRequestError,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: OverloadedError,
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
     grpc.StatusCode.CANCELLED: CancelledError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
 }
 
 

@@ -14,7 +14,7 @@ from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import BaseModel
 
-from meshplan.client.channel import DEFAULT_TIMEOUT_S, channel_options, make_target
+from meshplan.client.channel import DEFAULT_TIMEOUT_S, make_target, open_channel
 from meshplan.client.exceptions import (
     REQUEST_ID_KEY,
     FieldViolation,
@@ -24,6 +24,7 @@ from meshplan.client.exceptions import (
     error_from_rpc,
 )
 from meshplan.client.scheduler import SchedulerClient
+from meshplan.client.security import Security
 from meshplan.server.convert import from_proto, to_proto
 from meshplan.solver.catalog import GpuSpec, ModelPreset
 from meshplan.solver.results import Evaluation, PlanResult
@@ -109,6 +110,10 @@ class PlannerClient(SchedulerClient):
     `target` is one gRPC target or a list of IP:port addresses (balanced round-robin). Every call
     has a deadline (`timeout`, default `default_timeout` seconds); UNAVAILABLE is retried by the
     channel's service config; failures raise client.exceptions.PlannerError subclasses.
+    TLS (`tls_ca`, or `tls=True` for the system's roots; `tls_cert` / `tls_key` for mTLS) and the
+    bearer token (`token` or `token_file`) default to the MESHPLAN_* environment variables of
+    client.security; a token is refused over plaintext to another machine unless
+    `allow_insecure_token` (ValueError).
     """
 
     def __init__(
@@ -118,12 +123,27 @@ class PlannerClient(SchedulerClient):
         default_timeout: float = DEFAULT_TIMEOUT_S,
         max_attempts: int = 4,
         channel: grpc.Channel | None = None,
+        tls: bool | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        token: str | None = None,
+        token_file: str | None = None,
+        allow_insecure_token: bool | None = None,
+        security: Security | None = None,
     ) -> None:
         self.target = make_target(target)
         self.default_timeout = default_timeout
-        self._channel = channel or grpc.insecure_channel(
-            self.target, options=channel_options(max_attempts)
+        self.security = security or Security.resolve(
+            tls=tls,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            token=token,
+            token_file=token_file,
+            allow_insecure_token=allow_insecure_token,
         )
+        self._channel = channel or open_channel(self.target, self.security, max_attempts)
         self._stub = planner_pb2_grpc.PlannerStub(self._channel)
 
     def plan(self, req: PlanRequest, *, timeout: float | None = None) -> PlanResult:
@@ -146,7 +166,7 @@ class PlannerClient(SchedulerClient):
         stream = self._stub.PlanBatch(
             batch_message(reqs),
             timeout=timeout or self.default_timeout,
-            metadata=((REQUEST_ID_KEY, request_id),),
+            metadata=self._metadata(request_id),
         )
         try:
             for msg in stream:
@@ -178,13 +198,14 @@ class PlannerClient(SchedulerClient):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _metadata(self, request_id: str) -> tuple[tuple[str, str], ...]:
+        return ((REQUEST_ID_KEY, request_id), *self.security.metadata())
+
     def _unary(self, method: Any, msg: object, timeout: float | None) -> Any:
         request_id = new_request_id()
         try:
             return method(
-                msg,
-                timeout=timeout or self.default_timeout,
-                metadata=((REQUEST_ID_KEY, request_id),),
+                msg, timeout=timeout or self.default_timeout, metadata=self._metadata(request_id)
             )
         except grpc.RpcError as err:
             raise error_from_rpc(err, request_id) from None

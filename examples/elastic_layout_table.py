@@ -8,6 +8,7 @@ everything a launcher needs (degrees, micro-batch size and count, ZeRO stage, re
 says whether the change restarts the model shards or only resizes data parallelism.
 
     python examples/elastic_layout_table.py --server localhost:50051 --out layouts.json
+    python examples/elastic_layout_table.py --server planner:50051 --tls-ca ca.pem --token-file token
 
 and in the training script, at start-up:
 
@@ -23,8 +24,8 @@ import json
 import sys
 from pathlib import Path
 
-from meshplan.client import PlannerClient
 from meshplan.solver.scheduler import CellStatus, ReplanRequest, ReplanResult
+from meshplan.tools.remote import add_connection_flags, connect
 
 KEYS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches",
         "zero_stage", "recompute", "sequence_parallel")  # fmt: skip
@@ -67,6 +68,7 @@ def layout_for(table: dict[str, dict], world_size: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server", required=True, help="HOST:PORT of a meshplan server")
+    add_connection_flags(ap)  # --tls-ca, --tls-cert/--tls-key, --token-file (or MESHPLAN_*)
     ap.add_argument("--out", help="write the table here (default: stdout only)")
     ap.add_argument("--nodes-lost", type=int, default=3, help="K: rows for losing 1..K nodes")
     a = ap.parse_args(argv)
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             "batch": {"kind": "FIXED_GLOBAL"},  # keep the global batch: more micro-batches
         }
     )
-    with PlannerClient(a.server) as client:
+    with connect(a) as client:
         res = client.replan(req, timeout=600)
     table = table_from(req, res)
     text = json.dumps(table, indent=2, sort_keys=True)

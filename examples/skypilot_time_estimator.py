@@ -13,6 +13,7 @@ nodes, time = start-up + tokens / the envelope's goodput at that count (the enve
 decreases, so more GPUs never look slower).
 
     python examples/skypilot_time_estimator.py --server localhost:50051
+    python examples/skypilot_time_estimator.py --server planner:50051 --tls-ca ca.pem --token-file token
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 from meshplan.client import PlannerClient
 from meshplan.solver.scheduler import CellStatus, CurveRequest, CurveResult
+from meshplan.tools.remote import add_connection_flags, connect
 
 # SkyPilot accelerator names -> meshplan catalog GPUs.
 ACCELERATORS = {
@@ -81,6 +83,7 @@ class MeshplanTimeEstimator:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server", required=True, help="HOST:PORT of a meshplan server")
+    add_connection_flags(ap)  # --tls-ca, --tls-cert/--tls-key, --token-file (or MESHPLAN_*)
     ap.add_argument("--model", default="llama3-8b")
     ap.add_argument("--tokens", type=int, default=20_000_000_000)
     ap.add_argument("--nodes", type=int, default=2)
@@ -90,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         "training": {"seq_len": 4096},
         "batch": {"kind": "FIXED_GLOBAL", "global_batch_tokens": 4096 * 256},
     }
-    with PlannerClient(a.server) as client:
+    with connect(a) as client:
         estimator = MeshplanTimeEstimator(client, job, a.tokens, num_nodes=a.nodes)
         # In a SkyPilot program: task.set_time_estimator(estimator); sky.optimize(dag)
         for name in ("H100", "A100-80GB", "TPU-v5"):

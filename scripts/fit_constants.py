@@ -4,7 +4,8 @@
 
 Reads tools/data/calibration/published_runs.json and megatron_h100_runs.json and seed 001's
 measurements (tools/data/seed001_runs.json), scores every run at its published layout with the
-cost model (tools/calibration.py), and fits the constants of solver/costmodel/constants.py
+cost model (tools/calibration.py; the knobs a source does not state at their fastest setting
+the framework runs, tools/calibration_knobs.py), and fits the constants of solver/costmodel/constants.py
 that speed depends on (tools/calibration_fit.py: a maximum a posteriori Levenberg-Marquardt fit
 of the pseudo-Huber log error of tokens/s, each source weighted equally, each constant pulled
 weakly towards its physical prior). Prints the in-sample error per source and per category
@@ -76,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write fitted.json")
     ap.add_argument("--max-iter", type=int, default=40, help="Levenberg-Marquardt iterations")
     ap.add_argument("--dry-run", action="store_true", help="print, do not write")
+    ap.add_argument(
+        "--no-tune",
+        action="store_true",
+        help="score runs at the sources' stated defaults, not at the best setting of the knobs "
+        "a source does not state (tools/calibration_knobs.py)",
+    )
     a = ap.parse_args(argv)
     for path in (a.published, a.megatron):
         if not path.exists():
@@ -84,11 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     runs = load_all(a.published, a.megatron)
     prior = Constants()  # refit from the priors, never from an earlier fit
-    prep = prepare(runs)
-    before = evaluate_runs(runs, prior, memory=False)
+    tune = not a.no_tune
+    prep = prepare(runs, tune)
+    before = evaluate_runs(runs, prior, memory=False, tune=tune)
     result = fit(runs, prior, max_iter=a.max_iter, prep=prep)
     k = result.constants
-    after = evaluate_runs(runs, k, memory=False)
+    after = evaluate_runs(runs, k, memory=False, tune=tune)
     print(
         f"{len(runs)} runs; loss {result.loss:.5f} after {result.evaluations} evaluations in "
         f"{time.perf_counter() - t0:.1f} s (in-sample: the fit saw every run)\n"
@@ -126,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                 "seed001_runs.json": _sha256(SEED001),
             },
             "runs": len(runs),
+            "unstated_knobs_tuned": tune,
             "loss": result.loss,
             "evaluations": result.evaluations,
             "priors": {p.name: p.get(prior) for p in PARAMS},

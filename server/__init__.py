@@ -1,5 +1,15 @@
 """gRPC service meshplan.v1.Planner: proto <-> domain, validation, limits, deadlines, shutdown.
 
-No arithmetic lives here: every answer comes from `solver.plan` / `solver.evaluate`.
+No arithmetic lives here: every answer comes from `solver.plan` / `solver.evaluate` and the
+scheduler queries of `solver.scheduler`.
 Entry points: `server.app.create_server`, `server.app.serve`, `python -m meshplan.server`.
+
+- app: the asyncio server on its event-loop thread; services register in `app.SERVICES`
+- runtime: what every call goes through (id, caller, deadline, admission, fair slots, the log
+  line, metrics, status mapping); dispatch: where solves run (threads now, processes later)
+- servicer: Plan, Evaluate, PlanBatch, ListCatalog; scheduler: ScalingCurve, Replan,
+  SmallestAllocation, TrainingFront; requests, convert, validate: bytes -> domain, errors -> fields
+- limits: admission and fair solver slots; auth, tls: tokens and certificates, both reloadable
+- health: health and bounded reflection; metrics, logs, memory: what an operator watches
+- settings, cli: `meshplan serve` flags over MESHPLAN_* variables; probe: the container's check
 """

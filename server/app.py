@@ -1,100 +1,275 @@
-"""Build and run the gRPC server: Planner, standard health, reflection, limits, SIGTERM drain."""
+"""Build and run the gRPC server: an asyncio server on its own event-loop thread.
+
+Health, reflection and the catalog are answered on the event loop and never wait for a solver;
+solves run on the runner's threads (server.dispatch). `PlannerServer` is driven from ordinary
+threads: `start()`, `drain(grace)` (NOT_SERVING, refuse new calls, let calls in flight finish),
+`stop(grace)`, `reload()` (certificates and tokens, on SIGHUP).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from google.protobuf.descriptor import ServiceDescriptor
+from grpc_health.v1 import health_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
+from meshplan.server.auth import AuthInterceptor, TokenSet
+from meshplan.server.handlers import served, service_handler
+from meshplan.server.health import BoundedReflection, Health
+from meshplan.server.memory import freeze_startup_heap, trim_periodically
+from meshplan.server.metrics import Metrics, serve_metrics
+from meshplan.server.runtime import Runtime
+from meshplan.server.scheduler import SchedulerServicer
 from meshplan.server.servicer import EvaluateFn, PlanFn, PlannerServicer
 from meshplan.server.settings import Settings
-from meshplan.v1 import planner_pb2, planner_pb2_grpc
+from meshplan.server.tls import CertificateFiles
+from meshplan.v1 import planner_pb2
 
 log = logging.getLogger("meshplan.server")
+T = TypeVar("T")
 
-SERVICE_NAME = planner_pb2.DESCRIPTOR.services_by_name["Planner"].full_name
-_SPARE_THREADS = 8  # health, reflection and catalog calls always find a thread
+_TRIM_S = 5.0  # seconds between two returns of freed heap memory to the system
+PLANNER = planner_pb2.DESCRIPTOR.services_by_name["Planner"]
+SERVICE_NAME = PLANNER.full_name
+
+# The meshplan servicers this server runs: (service descriptor, factory(runtime, hooks) ->
+# servicer); each serves the methods of its service that it defines, and every method of every
+# service listed must be served by one of them. Another servicer registers here with one line;
+# every one of them gets tokens, limits, fair solver slots, health, reflection and metrics from
+# the shared Runtime.
+ServiceFactory = Callable[[Runtime, dict[str, Any]], Any]
+SERVICES: list[tuple[ServiceDescriptor, ServiceFactory]] = [
+    (
+        PLANNER,  # Plan, Evaluate, PlanBatch, ListCatalog
+        lambda rt, hooks: PlannerServicer(rt, hooks.get("plan_fn"), hooks.get("evaluate_fn")),
+    ),
+    (PLANNER, lambda rt, hooks: SchedulerServicer(rt)),  # the scheduler queries
+]
+
+
+def server_options(s: Settings) -> list[tuple[str, Any]]:
+    """gRPC core options: message caps, streams per connection, keepalive, connection age."""
+
+    def ms(seconds: float) -> int:
+        return int(seconds * 1000)
+
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", s.max_request_bytes),
+        ("grpc.max_send_message_length", s.max_message_bytes),
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_concurrent_streams", s.max_streams_per_connection),
+        ("grpc.keepalive_time_ms", ms(s.keepalive_time_s)),
+        ("grpc.keepalive_timeout_ms", ms(s.keepalive_timeout_s)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        # server side: the shortest interval it accepts between a client's pings
+        ("grpc.http2.min_ping_interval_without_data_ms", ms(s.min_client_ping_interval_s)),
+        ("grpc.http2.max_ping_strikes", 2),
+    ]
+    if s.max_connection_idle_s:
+        options.append(("grpc.max_connection_idle_ms", ms(s.max_connection_idle_s)))
+    if s.max_connection_age_s:
+        options.append(("grpc.max_connection_age_ms", ms(s.max_connection_age_s)))
+        options.append(("grpc.max_connection_age_grace_ms", ms(s.connection_age_grace_s)))
+    return options
+
+
+class PlannerServer:
+    """The service on its event-loop thread; every method may be called from any thread."""
+
+    def __init__(self, settings: Settings, hooks: dict[str, Any] | None = None) -> None:
+        self.settings = settings
+        self.hooks = hooks or {}
+        self.metrics = Metrics()
+        self.tokens = TokenSet(settings.auth_token_file) if settings.auth_token_file else None
+        self.certificates = (
+            CertificateFiles(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+            if settings.tls_cert and settings.tls_key
+            else None
+        )
+        self.metrics_port: int | None = None
+        self.health_server: grpc.aio.Server | None = None
+        self.health_port: int | None = None
+        self._trim: Any = None  # the periodic malloc_trim task, once started
+        self._close_metrics: Callable[[], None] | None = None
+        self._stopped = threading.Event()
+        self._stopping = False
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name="meshplan-loop", daemon=True)
+        self._thread.start()
+        try:
+            self.port = self._call(self._build())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    # --- from any thread --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start serving (and the health port and the metrics endpoint, if configured)."""
+        self._call(self.server.start())
+        self._trim = asyncio.run_coroutine_threadsafe(trim_periodically(_TRIM_S), self.loop)
+        if self.health_server is not None:
+            self._call(self.health_server.start())
+        s = self.settings
+        if s.metrics_port is not None:
+            host = s.metrics_host or s.host
+            self.metrics_port, self._close_metrics = serve_metrics(
+                self.metrics, host, s.metrics_port
+            )
+
+    def drain(self, grace_s: float) -> bool:
+        """NOT_SERVING; refuse new calls (UNAVAILABLE) while health still answers; wait up to
+        `grace_s` for the calls in flight; then stop. True if every call finished in time."""
+        finished = self._call(self._drain(grace_s), timeout=grace_s + 30)
+        self.stop(0).wait(30)
+        return finished
+
+    def stop(self, grace: float | None) -> threading.Event:
+        """Stop the server (calls still running get `grace` seconds); the event is set once
+        it has stopped and its threads are released."""
+        if self._stopping:
+            return self._stopped
+        self._stopping = True
+        if self.loop.is_running():
+            future = asyncio.run_coroutine_threadsafe(self._shutdown(grace), self.loop)
+            future.add_done_callback(lambda _: self._stop_loop())
+        else:
+            self._stopped.set()
+        return self._stopped
+
+    def reload(self) -> None:
+        """Read the certificates (at the next handshake) and the token file again."""
+        if self.certificates is not None:
+            self.certificates.reload()
+        if self.tokens is not None:
+            self.tokens.reload()
+
+    # --- on the event loop ------------------------------------------------------------------
+
+    async def _build(self) -> int:
+        s = self.settings
+        self.runtime = Runtime(s, self.metrics)
+        interceptors = [AuthInterceptor(self.tokens, self.runtime.refused)] if self.tokens else []
+        self.server = grpc.aio.server(interceptors=interceptors, options=server_options(s))
+        names = list(dict.fromkeys(descriptor.full_name for descriptor, _ in SERVICES))
+        unserved = {(d.full_name, m.name) for d, _ in SERVICES for m in d.methods}
+        for descriptor, factory in SERVICES:
+            servicer = factory(self.runtime, self.hooks)
+            handler = service_handler(descriptor, servicer, s.max_request_bytes)
+            self.server.add_generic_rpc_handlers((handler,))
+            unserved -= {(descriptor.full_name, m) for m in served(descriptor, servicer)}
+        if unserved:  # a method no servicer defines would answer UNIMPLEMENTED: refuse to start
+            raise RuntimeError(f"no servicer for {sorted(f'{d}/{m}' for d, m in unserved)}")
+        self.health = Health(names, s.max_open_streams)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        if s.reflection:
+            listed = [*names, "grpc.health.v1.Health", reflection.SERVICE_NAME]
+            reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+                BoundedReflection(listed, s.max_open_streams, s.stream_idle_timeout_s), self.server
+            )
+        address = f"{s.host}:{s.port}"
+        try:
+            if self.certificates is not None:
+                port = self.server.add_secure_port(address, self.certificates.credentials())
+            else:
+                port = self.server.add_insecure_port(address)
+        except RuntimeError as err:
+            raise OSError(f"cannot listen on {address}: {err}") from err
+        if port == 0:
+            raise OSError(f"cannot listen on {address}")
+        if s.health_port is not None:  # health alone, plaintext: for probes without TLS
+            self.health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
+            where = f"{s.host}:{s.health_port}"
+            self.health_port = self.health_server.add_insecure_port(where)
+            if self.health_port == 0:
+                raise OSError(f"cannot listen on {where}")
+        return port
+
+    async def _drain(self, grace_s: float) -> bool:
+        self.health.drain()
+        return await self.runtime.drain(grace_s)
+
+    async def _shutdown(self, grace: float | None) -> None:
+        if self._trim is not None:
+            self._trim.cancel()
+        self.health.drain()
+        self.runtime.draining = True
+        await self.server.stop(grace)
+        if self.health_server is not None:
+            await self.health_server.stop(0)
+        self.runtime.runner.close()
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = 60) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def _stop_loop(self) -> None:
+        if self._close_metrics is not None:
+            self._close_metrics()
+            self._close_metrics = None
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._stopped.set()
 
 
 def create_server(
-    settings: Settings,
-    *,
-    health_servicer: health.HealthServicer | None = None,
-    plan_fn: PlanFn | None = None,
-    evaluate_fn: EvaluateFn | None = None,
-) -> tuple[grpc.Server, int]:
+    settings: Settings, *, plan_fn: PlanFn | None = None, evaluate_fn: EvaluateFn | None = None
+) -> tuple[PlannerServer, int]:
     """A configured, not yet started server and the port it bound (settings.port 0: any free).
 
-    Planner calls beyond solver slots + queue are refused (RESOURCE_EXHAUSTED) before they take
-    a thread for long, so the spare threads keep health and reflection answering at once.
-    Pass `health_servicer` to flip it to NOT_SERVING when draining; `plan_fn` / `evaluate_fn`
-    replace the solver (tests).
+    `plan_fn` / `evaluate_fn` replace the solver (tests, benchmarks).
     """
-    tickets = settings.max_concurrent_solves + settings.max_queued_solves
-    threads = tickets + _SPARE_THREADS
-    server = grpc.server(
-        ThreadPoolExecutor(max_workers=threads, thread_name_prefix="meshplan-rpc"),
-        options=[
-            ("grpc.max_receive_message_length", settings.max_message_bytes),
-            ("grpc.max_send_message_length", settings.max_message_bytes),
-            ("grpc.so_reuseport", 0),
-        ],
-        maximum_concurrent_rpcs=2 * threads,  # beyond: RESOURCE_EXHAUSTED from gRPC itself
-    )
-    servicer = PlannerServicer(settings, plan_fn=plan_fn, evaluate_fn=evaluate_fn)
-    planner_pb2_grpc.add_PlannerServicer_to_server(servicer, server)
-    health_servicer = health_servicer or health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for name in ("", SERVICE_NAME):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
-    address = f"{settings.host}:{settings.port}"
-    try:
-        port = server.add_insecure_port(address)
-    except RuntimeError as err:
-        raise OSError(f"cannot listen on {address}: {err}") from err
-    if port == 0:
-        raise OSError(f"cannot listen on {address}")
-    return server, port
+    server = PlannerServer(settings, {"plan_fn": plan_fn, "evaluate_fn": evaluate_fn})
+    return server, server.port
 
 
 def serve(settings: Settings, ready: threading.Event | None = None) -> int:
-    """Serve until SIGTERM or SIGINT, then drain: NOT_SERVING, no new calls, grace, exit 0."""
-    health_servicer = health.HealthServicer()
-    server, port = create_server(settings, health_servicer=health_servicer)
+    """Serve until SIGTERM or SIGINT, then drain: NOT_SERVING, no new calls, grace, exit 0.
+    SIGHUP reloads the TLS certificates and the tokens."""
+    server, port = create_server(settings)
+    frozen = freeze_startup_heap()  # shorter full GC passes: the event loop stalls less
+    log.debug("%d start-up objects frozen out of the garbage collector's passes", frozen)
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _SIGNALS}
+    handlers: dict[int, Callable[..., Any]] = {sig: lambda *_: stop.set() for sig in _STOP}
+    handlers[signal.SIGHUP] = lambda *_: server.reload()
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     try:
         server.start()
         log.info(
-            "serving %s on %s:%d (solves=%d, queue=%d, workers/solve=%d)",
+            "serving %s on %s:%d (solves=%d, queue=%d, workers/solve=%d, tls=%s, tokens=%s%s)",
             SERVICE_NAME,
             settings.host,
             port,
             settings.max_concurrent_solves,
             settings.max_queued_solves,
             settings.workers_per_solve,
+            "mtls" if settings.tls_client_ca else ("on" if settings.tls_cert else "off"),
+            "on" if settings.auth_token_file else "off",
+            f", metrics on :{server.metrics_port}" if server.metrics_port is not None else "",
         )
+        if server.health_port is not None:
+            log.info("serving grpc.health.v1 alone, in plaintext, on :%d", server.health_port)
         if ready is not None:
             ready.set()
         while not stop.wait(0.5):
             pass
         log.info("draining: finishing calls in flight for up to %.1f s", settings.grace_period_s)
-        stopped = server.stop(settings.grace_period_s)  # refuses new calls from here on
-        health_servicer.enter_graceful_shutdown()  # NOT_SERVING to open Watch streams
-        stopped.wait()
-        log.info("stopped")
+        finished = server.drain(settings.grace_period_s)
+        log.info("stopped" if finished else "stopped: calls still running were cancelled")
         return 0
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_STOP = (signal.SIGTERM, signal.SIGINT)

@@ -1,69 +1,104 @@
-"""`meshplan serve`: flags over MESHPLAN_* environment variables over the defaults."""
+"""`meshplan serve`: flags over MESHPLAN_* environment variables over the defaults.
+
+Every Settings field is a flag (`max_concurrent_solves` -> `--max-concurrent-solves`) and an
+environment variable (`MESHPLAN_MAX_CONCURRENT_SOLVES`); a flag given wins.
+"""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
+import types
+import typing
+from typing import Any
 
 from pydantic import ValidationError
 
 from meshplan.server.settings import Settings
 
-# flag -> Settings field; every flag defaults to None so the environment applies when absent
-_FLAGS: dict[str, type] = {
-    "host": str,
-    "port": int,
-    "max_concurrent_solves": int,
-    "max_queued_solves": int,
-    "workers_per_solve": int,
-    "default_time_limit_s": float,
-    "max_time_limit_s": float,
-    "deadline_margin_s": float,
-    "deadline_reserve": float,
-    "max_batch_requests": int,
-    "max_message_bytes": int,
-    "grace_period_s": float,
-    "log_level": str,
-}
+
+def _flag_type(annotation: Any) -> tuple[Any, list[str] | None]:
+    """The argparse type of a field (and its choices, for a Literal)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return _flag_type(args[0])
+    if typing.get_origin(annotation) is typing.Literal:
+        return str, [str(a) for a in typing.get_args(annotation)]
+    return annotation, None
+
+
+def _metavar(name: str, kind: Any) -> str:
+    if name.startswith(("tls_", "auth_")):
+        return "PATH"
+    if name.endswith("_s"):
+        return "SECONDS"
+    return "N" if kind in (int, float) else name.upper()
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per server setting (also settable as MESHPLAN_<NAME> in the environment)."""
-    fields = Settings.model_fields
-    for name, kind in _FLAGS.items():
+    for name, info in Settings.model_fields.items():
         env = f"MESHPLAN_{name.upper()}"
-        parser.add_argument(
-            "--" + name.replace("_", "-"),
-            dest=name,
-            type=kind,
-            default=None,
-            help=f"{fields[name].description} [env {env}]",
-        )
+        flag = "--" + name.replace("_", "-")
+        kind, choices = _flag_type(info.annotation)
+        default = info.default_factory() if info.default_factory else info.default
+        shown = "" if default is None else f"; default {default}"
+        help_text = f"{info.description} [env {env}{shown}]"
+        if kind is bool:
+            parser.add_argument(
+                flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
+        else:
+            parser.add_argument(
+                flag,
+                dest=name,
+                type=kind,
+                choices=choices,
+                default=None,
+                metavar=_metavar(name, kind) if choices is None else None,
+                help=help_text,
+            )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Settings from the flags that were given, the environment and the defaults."""
-    given = {name: getattr(args, name) for name in _FLAGS if getattr(args, name, None) is not None}
+    given = {
+        name: getattr(args, name)
+        for name in Settings.model_fields
+        if getattr(args, name, None) is not None
+    }
     return Settings(**given)
 
 
+def _bad_settings(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors(include_url=False):
+        name = ".".join(str(p) for p in e["loc"]) or "settings"
+        flag = "--" + name.replace("_", "-") if e["loc"] else name
+        value = "" if e["type"] == "missing" else f" (got {str(e.get('input'))[:80]!r})"
+        lines.append(f"{flag}: {e['msg'].removeprefix('Value error, ')}{value}")
+    return "; ".join(lines)
+
+
 def run_serve(args: argparse.Namespace) -> int:
-    """Run the server until SIGTERM; 0 on a clean drain, 2 on bad settings."""
+    """Run the server until SIGTERM; 0 on a clean drain, 2 on bad settings, 1 if it cannot start."""
     try:
         settings = settings_from_args(args)
     except ValidationError as err:
-        print(f"meshplan serve: bad settings:\n{err}", file=sys.stderr)
+        print(f"meshplan serve: bad settings: {_bad_settings(err)}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    from meshplan.server.logs import setup_logging
+
+    try:
+        setup_logging(settings.log_level, settings.log_format)
+    except ValueError as err:
+        print(f"meshplan serve: bad settings: --log-level: {err}", file=sys.stderr)
+        return 2
     from meshplan.server.app import serve
 
     try:
         return serve(settings)
-    except OSError as err:
+    except (OSError, ValueError) as err:  # a port in use, an unreadable certificate or token file
         print(f"meshplan serve: {err}", file=sys.stderr)
         return 1
 

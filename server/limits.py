@@ -1,16 +1,21 @@
-"""Admission, solver slots, deadlines and the one log line per call.
+"""Admission, fair solver slots and what one call carries (id, caller, deadline, stop event).
 
-Every Planner call takes an admission ticket (tickets = solver slots + queue); a call that finds
-none fails at once with RESOURCE_EXHAUSTED, so nothing queues without bound. Every solve also
-takes a solver slot, waiting for one until its call is cancelled or its deadline passes.
+Every Planner call takes an admission ticket (tickets = solver slots + queue, and at most
+`max_calls_per_caller` per caller); a call that finds none fails at once with
+RESOURCE_EXHAUSTED, so nothing queues without bound. Every solve then takes a solver slot from
+`FairSlots`: first come, first served, except that a caller at its share of running solves
+waits while another caller's solve goes first. Everything here runs on the server's event loop.
 """
 
 from __future__ import annotations
 
-import logging
+import asyncio
+import itertools
+import re
 import threading
 import time
 import uuid
+from collections import Counter, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,11 +24,8 @@ import grpc
 
 from meshplan.server.validate import Violation
 
-log = logging.getLogger("meshplan.server")
-
 REQUEST_ID_KEY = "x-request-id"
-_NO_DEADLINE_S = 1e6  # time_remaining() beyond this means the call set no deadline
-_POLL_S = 0.01  # how often a queued solve looks at its call's cancellation and deadline
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")  # what a caller-chosen id may hold
 
 
 class RpcFailure(Exception):
@@ -36,116 +38,169 @@ class RpcFailure(Exception):
         self.code = code
         self.message = message
         self.violations = violations or []
-        self.request_id = ""  # set by track_call
+
+
+def busy(message: str) -> RpcFailure:
+    """RESOURCE_EXHAUSTED with a message that says to retry later."""
+    return RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{message}; retry later")
 
 
 @dataclass
 class CallState:
-    """What one call carries through the servicer: its id, deadline, stop event and solve time."""
+    """What one call carries through the servicer: its id, caller, deadline and stop event."""
 
     method: str
     request_id: str
-    deadline: float | None  # time.monotonic() at which the RPC deadline passes
-    stop: threading.Event = field(default_factory=threading.Event)
+    caller: str  # "token:<hash>" or the peer's address: the unit of fair use
+    deadline: float  # time.monotonic() at which the call ends (the caller's, capped)
+    started: float = field(default_factory=time.monotonic)
+    stop: threading.Event = field(default_factory=threading.Event)  # read by solver threads
     solve_s: float = 0.0
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def remaining(self) -> float | None:
-        """Seconds until the RPC deadline (None: no deadline)."""
-        return None if self.deadline is None else self.deadline - time.monotonic()
-
-    def add_solve_time(self, seconds: float) -> None:
-        with self.lock:
-            self.solve_s += seconds
+    def remaining(self) -> float:
+        """Seconds until the call's deadline."""
+        return self.deadline - time.monotonic()
 
 
-class SolveSlots:
-    """Bounded admission (tickets) and bounded concurrency (slots) for solves."""
-
-    def __init__(self, slots: int, queued: int) -> None:
-        self._slots = threading.Semaphore(slots)
-        self._tickets = slots + queued
-        self._admitted = 0
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def admit(self) -> Iterator[None]:
-        """Hold one admission ticket for the duration of a call, or fail RESOURCE_EXHAUSTED."""
-        with self._lock:
-            if self._admitted >= self._tickets:
-                raise RpcFailure(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"server busy: {self._admitted} calls in progress; retry later",
-                )
-            self._admitted += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._admitted -= 1
-
-    @contextmanager
-    def slot(self, call: CallState) -> Iterator[None]:
-        """Hold one solver slot, waiting until the call is cancelled or its deadline passes."""
-        while not self._slots.acquire(timeout=_POLL_S):
-            if call.stop.is_set():
-                raise RpcFailure(grpc.StatusCode.CANCELLED, "call cancelled while queued")
-            remaining = call.remaining()
-            if remaining is not None and remaining <= 0:
-                raise RpcFailure(
-                    grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed while waiting for a solver"
-                )
-        if call.stop.is_set():  # cancelled just as a slot came free
-            self._slots.release()
-            raise RpcFailure(grpc.StatusCode.CANCELLED, "call cancelled while queued")
-        try:
-            yield
-        finally:
-            self._slots.release()
-
-
-def _request_id(context: grpc.ServicerContext) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == REQUEST_ID_KEY and value:
-            return str(value)[:64]
+def request_id(metadata: object) -> str:
+    """The caller's x-request-id if it is a short plain token, else a fresh one: an id is
+    logged and echoed, so it must not be able to forge a log field or a line."""
+    for key, value in metadata or ():  # type: ignore[attr-defined]
+        if key == REQUEST_ID_KEY and isinstance(value, str) and _REQUEST_ID.fullmatch(value):
+            return value
     return uuid.uuid4().hex[:16]
 
 
-@contextmanager
-def track_call(method: str, context: grpc.ServicerContext) -> Iterator[CallState]:
-    """Set up a call (request id, deadline, stop on cancel) and log one line when it ends."""
-    remaining = context.time_remaining()
-    has_deadline = remaining is not None and remaining < _NO_DEADLINE_S
-    call = CallState(
-        method=method,
-        request_id=_request_id(context),
-        deadline=time.monotonic() + remaining if has_deadline else None,
-    )
-    context.add_callback(call.stop.set)  # runs when the RPC ends, including on cancellation
-    # Trailing, not initial, metadata: response headers would commit the call and stop the
-    # client's retry policy from moving it to another replica if this one dies mid-solve.
-    context.set_trailing_metadata(((REQUEST_ID_KEY, call.request_id),))
-    status = "OK"
-    try:
-        yield call
-    except RpcFailure as failure:
-        status = failure.code.name
-        failure.request_id = call.request_id
-        raise
-    except GeneratorExit:  # a streaming call closed by the client
-        status = "CANCELLED"
-        raise
-    except Exception:
-        code = context.code()
-        status = code.name if code is not None else "INTERNAL"
-        raise
-    finally:
-        if status == "OK" and not context.is_active():
-            status = "CANCELLED"
-        log.info(
-            "method=%s request_id=%s status=%s solve_s=%.3f",
-            method,
-            call.request_id,
-            status,
-            call.solve_s,
-        )
+def peer_address(peer: str) -> str:
+    """The caller's address without its port: 'ipv4:10.0.0.5:41234' -> 'ipv4:10.0.0.5'."""
+    if peer.startswith(("ipv4:", "ipv6:")):
+        return peer.rsplit(":", 1)[0]
+    return peer or "unknown"
+
+
+class Admission:
+    """Tickets for calls in progress: `total` in all, `per_caller` for any one caller, and at
+    most `batch_per_caller` batch requests pending for one caller."""
+
+    def __init__(self, total: int, per_caller: int, batch_per_caller: int) -> None:
+        self.total, self.per_caller, self.batch_per_caller = total, per_caller, batch_per_caller
+        self.calls: Counter[str] = Counter()
+        self.batch: Counter[str] = Counter()
+
+    @property
+    def in_progress(self) -> int:
+        """Calls admitted and not yet finished."""
+        return sum(self.calls.values())
+
+    @contextmanager
+    def admit(self, caller: str, batch_requests: int = 0) -> Iterator[None]:
+        """Hold a ticket (and room for `batch_requests`) for a call, or raise RESOURCE_EXHAUSTED."""
+        if self.in_progress >= self.total:
+            raise busy(f"server busy: {self.in_progress} calls in progress")
+        if self.calls[caller] >= self.per_caller:
+            raise busy(
+                f"caller {caller} has {self.calls[caller]} calls in progress, the most one "
+                f"caller may have"
+            )
+        if batch_requests and self.batch[caller] + batch_requests > self.batch_per_caller:
+            raise busy(
+                f"caller {caller} has {self.batch[caller]} batch requests pending; "
+                f"{batch_requests} more would pass the cap of {self.batch_per_caller} per caller"
+            )
+        self.calls[caller] += 1
+        self.batch[caller] += batch_requests
+        try:
+            yield
+        finally:
+            self.calls[caller] -= 1
+            self.batch[caller] -= batch_requests
+            self.calls += Counter()  # drop callers at zero
+            self.batch += Counter()
+
+
+@dataclass(order=True)
+class _Waiter:
+    seq: int
+    future: asyncio.Future[None] = field(compare=False)
+
+
+class FairSlots:
+    """`slots` solver slots handed out first come, first served, with `per_caller` the most any
+    one caller runs at once. When a slot frees, it goes to the waiting caller with the fewest
+    solves running, then the one served longest ago, then the earliest arrival; a caller's
+    own solves keep their order. So a caller with a 1,024-request batch takes its share, and
+    another caller's single plan waits for at most one of its solves."""
+
+    def __init__(self, slots: int, per_caller: int) -> None:
+        self.free = slots
+        self.per_caller = per_caller
+        self.running: Counter[str] = Counter()
+        self.waiting: dict[str, deque[_Waiter]] = {}
+        self.last_served: dict[str, int] = {}
+        self._seq = itertools.count()
+
+    @property
+    def queued(self) -> int:
+        """Solves waiting for a slot."""
+        return sum(len(q) for q in self.waiting.values())
+
+    async def acquire(self, caller: str) -> None:
+        """Wait for a slot (cancel the task to give up waiting)."""
+        if self.free > 0 and self.running[caller] < self.per_caller and caller not in self.waiting:
+            self._grant(caller)
+            return
+        waiter = _Waiter(next(self._seq), asyncio.get_running_loop().create_future())
+        self.waiting.setdefault(caller, deque()).append(waiter)
+        try:
+            await waiter.future
+        except asyncio.CancelledError:
+            if waiter.future.done() and not waiter.future.cancelled():
+                self.release(caller)  # granted just as the wait was cancelled: give it back
+            else:
+                self._forget(caller, waiter)
+            raise
+
+    def release(self, caller: str) -> None:
+        """Give a slot back and hand it on."""
+        self.running[caller] -= 1
+        if self.running[caller] <= 0:
+            del self.running[caller]
+        self.free += 1
+        self._dispatch()
+        # A caller with nothing running or waiting is new again: it goes first among equals.
+        self.last_served = {
+            c: s for c, s in self.last_served.items() if c in self.running or c in self.waiting
+        }
+
+    def _grant(self, caller: str) -> None:
+        self.free -= 1
+        self.running[caller] += 1
+        self.last_served[caller] = next(self._seq)
+
+    def _forget(self, caller: str, waiter: _Waiter) -> None:
+        queue = self.waiting.get(caller)
+        if queue is not None and waiter in queue:
+            queue.remove(waiter)
+            if not queue:
+                del self.waiting[caller]
+
+    def _dispatch(self) -> None:
+        while self.free > 0:
+            ready = [c for c in self.waiting if self.running[c] < self.per_caller]
+            if not ready:
+                return
+            caller = min(
+                ready,
+                key=lambda c: (
+                    self.running[c],
+                    self.last_served.get(c, -1),
+                    self.waiting[c][0].seq,
+                ),
+            )
+            waiter = self.waiting[caller].popleft()
+            if not self.waiting[caller]:
+                del self.waiting[caller]
+            if waiter.future.done():  # cancelled while waiting
+                continue
+            self._grant(caller)
+            waiter.future.set_result(None)

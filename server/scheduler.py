@@ -1,26 +1,28 @@
-"""The scheduler RPCs (ScalingCurve, Replan, SmallestAllocation, TrainingFront), mixed into
-PlannerServicer.
+"""The scheduler RPCs of meshplan.v1.Planner: ScalingCurve, Replan, SmallestAllocation and
+TrainingFront, registered next to PlannerServicer in server.app.SERVICES.
 
-They go through the servicer's own `_unary` (admission ticket, the call's deadline and
-cancellation, the log line) and hold one solver slot for the whole query, so a query counts as a
-solve for the limits. Answers are memoised by cache key as response messages (the same request
-gives the same bytes); the curves that SmallestAllocation and TrainingFront walk are memoised too.
+Each goes through the shared Runtime like a plan: an admission ticket (the per-caller limits),
+the call's capped deadline, the log line and the metrics; its work runs on one solver slot
+(`Runtime.solve`, a fair turn like any solve) for the whole query, under a `Budget` made of the
+call's stop event (set on cancel or deadline) and its deadline less the time kept back to send
+the answer. Answers are memoised by cache key as response messages (the same request gives the
+same bytes); the curves that SmallestAllocation and TrainingFront walk are memoised too.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import grpc
 from google.protobuf.message import Message
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from meshplan.server.convert import FieldValueError, from_proto, to_proto
+from meshplan.server.convert import to_proto
 from meshplan.server.limits import CallState, RpcFailure
-from meshplan.server.validate import Violation, from_validation_error
+from meshplan.server.requests import check_message, parse
+from meshplan.server.runtime import Runtime
+from meshplan.server.validate import Violation, shorten
 from meshplan.solver.scheduler import (
     AdmitRequest,
     AnswerCache,
@@ -32,6 +34,7 @@ from meshplan.solver.scheduler import (
     ReplanRequest,
     SchedulerInputError,
     cache_key,
+    cost_model_version,
     replan,
     scaling_curve,
     smallest_allocation,
@@ -40,76 +43,67 @@ from meshplan.solver.scheduler import (
 from meshplan.v1 import scheduler_pb2
 
 ANSWER_CACHE_ENTRIES = 256  # answers kept (a 256-cell curve is ~100 KB)
-_caches_lock = threading.Lock()
+
+# method -> (request model, response message)
+QUERIES: dict[str, tuple[type[BaseModel], type[Message]]] = {
+    "ScalingCurve": (CurveRequest, scheduler_pb2.ScalingCurveResponse),
+    "Replan": (ReplanRequest, scheduler_pb2.ReplanResponse),
+    "SmallestAllocation": (AdmitRequest, scheduler_pb2.SmallestAllocationResponse),
+    "TrainingFront": (FrontRequest, scheduler_pb2.TrainingFrontResponse),
+}
 
 
-class SchedulerRpcs:
-    """Needs `self._unary(method, context, body)`, `self.slots` and `self.settings` (the
-    PlannerServicer's)."""
+class SchedulerServicer:
+    """The four scheduler queries over one Runtime (shared with PlannerServicer)."""
 
-    _unary: Callable[..., Any]
-    slots: Any
-    settings: Any
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.settings = runtime.settings
+        self.answers: AnswerCache[Message] = AnswerCache(ANSWER_CACHE_ENTRIES)
+        self.curves: AnswerCache[CurveResult] = AnswerCache(ANSWER_CACHE_ENTRIES)
+        cost_model_version()  # hashes the core's files once, now, not in a call on the loop
 
     # --- RPCs -------------------------------------------------------------------------------
 
-    def ScalingCurve(self, request: Message, context: grpc.ServicerContext) -> Any:
-        return self._query("ScalingCurve", request, context, CurveRequest)
+    async def ScalingCurve(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+        return await self._query("ScalingCurve", request, context)
 
-    def Replan(self, request: Message, context: grpc.ServicerContext) -> Any:
-        return self._query("Replan", request, context, ReplanRequest)
+    async def Replan(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+        return await self._query("Replan", request, context)
 
-    def SmallestAllocation(self, request: Message, context: grpc.ServicerContext) -> Any:
-        return self._query("SmallestAllocation", request, context, AdmitRequest)
+    async def SmallestAllocation(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+        return await self._query("SmallestAllocation", request, context)
 
-    def TrainingFront(self, request: Message, context: grpc.ServicerContext) -> Any:
-        return self._query("TrainingFront", request, context, FrontRequest)
+    async def TrainingFront(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+        return await self._query("TrainingFront", request, context)
 
     # --- work -------------------------------------------------------------------------------
 
-    def scheduler_caches(self) -> tuple[AnswerCache[Message], AnswerCache[CurveResult]]:
-        """(response messages by cache key, curves by cache key), made on first use."""
-        with _caches_lock:
-            if not hasattr(self, "_scheduler_caches"):
-                self._scheduler_caches = (
-                    AnswerCache(ANSWER_CACHE_ENTRIES),
-                    AnswerCache(ANSWER_CACHE_ENTRIES),
-                )
-            return self._scheduler_caches
-
-    def _query(
-        self, method: str, request: Message, context: grpc.ServicerContext, model_cls: type
-    ) -> Any:
-        def body(call: CallState) -> Message:
-            req = _parse(request, model_cls)
-            answers, curves = self.scheduler_caches()
+    async def _query(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def body(request: Any, call: CallState) -> Message:
+            message = check_message(request, self.settings.max_string_chars)
+            req = parse(message, QUERIES[method][0])
             key = _answer_key(method, req)
-            if key is not None and (hit := answers.get(key)) is not None:
+            if key is not None and (hit := self.answers.get(key)) is not None:
                 return hit
-            with self.slots.slot(call):
-                started = time.monotonic()
-                try:
-                    result = _run(method, self._capped(req), self._budget(call), curves)
-                except SchedulerInputError as err:
-                    violation = Violation(err.field, err.description)
-                    raise RpcFailure(
-                        grpc.StatusCode.INVALID_ARGUMENT, str(err), [violation]
-                    ) from err
-                except QueryStopped as err:
-                    code = (
-                        grpc.StatusCode.CANCELLED
-                        if err.cancelled
-                        else grpc.StatusCode.DEADLINE_EXCEEDED
-                    )
-                    raise RpcFailure(code, f"{method} stopped: {err}") from err
-                finally:
-                    call.add_solve_time(time.monotonic() - started)
-            msg = to_proto(result, _RESPONSES[method])
+            answer = await self.rt.solve(call, method, self._run, method, req, call)
             if key is not None:
-                answers.put(key, msg)
-            return msg
+                self.answers.put(key, answer)
+            return answer
 
-        return self._unary(method, context, body)
+        return await self.rt.unary(method, context, request, body)
+
+    def _run(self, method: str, req: Any, call: CallState) -> Message:
+        """On a solver thread: the query under the call's budget, and its response message."""
+        try:
+            result = _answer(method, self._capped(req), self._budget(call), self.curves)
+        except SchedulerInputError as err:
+            violation = Violation(err.field, shorten(err.description, 300))
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(err), [violation]) from err
+        except QueryStopped as err:
+            code = grpc.StatusCode.CANCELLED if err.cancelled else grpc.StatusCode.DEADLINE_EXCEEDED
+            raise RpcFailure(code, f"{method} stopped: {err}") from err
+        return to_proto(result, QUERIES[method][1])
 
     def _capped(self, req: Any) -> Any:
         """Each cell's time limit capped by the server's max_time_limit_s."""
@@ -120,24 +114,15 @@ class SchedulerRpcs:
         return req.model_copy(update={"options": options})
 
     def _budget(self, call: CallState) -> Budget:
-        """The call's stop event, and its deadline less the time kept back to send the answer."""
-        remaining = call.remaining()
-        if remaining is None:
-            return Budget(stop=call.stop)
+        """The call's stop event, and its deadline less the time kept back to send the answer
+        (as a plan's: `deadline_reserve` of what is left, and `deadline_margin_s`)."""
         s = self.settings
-        keep = remaining * s.deadline_reserve + s.deadline_margin_s
+        remaining = call.remaining()
+        keep = max(remaining, 0.0) * s.deadline_reserve + s.deadline_margin_s
         return Budget(stop=call.stop, deadline=time.monotonic() + remaining - keep)
 
 
-_RESPONSES: dict[str, type[Message]] = {
-    "ScalingCurve": scheduler_pb2.ScalingCurveResponse,
-    "Replan": scheduler_pb2.ReplanResponse,
-    "SmallestAllocation": scheduler_pb2.SmallestAllocationResponse,
-    "TrainingFront": scheduler_pb2.TrainingFrontResponse,
-}
-
-
-def _run(method: str, req: Any, budget: Budget, curves: AnswerCache[CurveResult]) -> BaseModel:
+def _answer(method: str, req: Any, budget: Budget, curves: AnswerCache[CurveResult]) -> BaseModel:
     if method == "ScalingCurve":
         return scaling_curve(req, budget, curves)
     if method == "Replan":
@@ -152,16 +137,3 @@ def _answer_key(method: str, req: Any) -> str | None:
     if isinstance(req, AdmitRequest) and req.deadline_unix_s and not req.now_unix_s:
         return None
     return f"{method}:{cache_key(method, req)}"
-
-
-def _parse(message: Message, model_cls: type) -> Any:
-    try:
-        return from_proto(message, model_cls)
-    except FieldValueError as err:
-        raise RpcFailure(
-            grpc.StatusCode.INVALID_ARGUMENT, str(err), [Violation(err.path, err.message)]
-        ) from err
-    except ValidationError as err:
-        violations = from_validation_error(err)
-        summary = "; ".join(f"{v.field}: {v.description}" for v in violations)
-        raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, summary, violations) from err

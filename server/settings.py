@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -13,12 +15,15 @@ def _default_solves() -> int:
 
 
 class Settings(BaseSettings):
-    """How `meshplan serve` listens, how much it solves at once and for how long."""
+    """How `meshplan serve` listens, whom it serves, how much it solves at once and for how long."""
 
     model_config = SettingsConfigDict(env_prefix="MESHPLAN_", extra="forbid")
 
+    # --- listening --------------------------------------------------------------------------
     host: str = Field(default="[::]", description="Address to bind (host; [::] = every address).")
     port: int = Field(default=50051, description="Port to bind (0: any free port).", ge=0, le=65535)
+
+    # --- solver capacity --------------------------------------------------------------------
     max_concurrent_solves: int = Field(
         default_factory=_default_solves,
         description="Solves running at once (count; default: half the CPUs).",
@@ -27,7 +32,7 @@ class Settings(BaseSettings):
     )
     max_queued_solves: int = Field(
         default=32,
-        description="Solves waiting for a slot before RESOURCE_EXHAUSTED (count).",
+        description="Calls waiting for a solver before RESOURCE_EXHAUSTED (count).",
         ge=0,
         le=10_000,
     )
@@ -58,13 +63,134 @@ class Settings(BaseSettings):
         ge=0,
         lt=1,
     )
+    max_deadline_s: float = Field(
+        default=3600.0,
+        description="Deadline of a call that sets none, and cap on any call's deadline (seconds).",
+        gt=0,
+        le=7 * 86400,
+    )
+
+    # --- fair use ---------------------------------------------------------------------------
+    max_calls_per_caller: int = Field(
+        default=16,
+        description="Planner calls one caller (token, else peer address) may have in progress.",
+        ge=1,
+        le=10_000,
+    )
+    max_solves_per_caller: int = Field(
+        default=0,
+        description="Solves one caller may run at once (count; 0: half the solver slots, >= 1).",
+        ge=0,
+        le=1024,
+    )
     max_batch_requests: int = Field(
         default=1024, description="Cap on the requests of one PlanBatch call (count).", ge=1
     )
+    max_batch_requests_per_caller: int = Field(
+        default=1024,
+        description="Cap on the batch requests one caller may have pending at once (count).",
+        ge=1,
+    )
+
+    # --- message bounds ---------------------------------------------------------------------
+    max_request_bytes: int = Field(
+        default=1024 * 1024,
+        description="Largest PlanBatch request, beyond it RESOURCE_EXHAUSTED; any other request "
+        "is refused past 64 KiB (bytes).",
+        ge=1024,
+    )
     max_message_bytes: int = Field(
         default=16 * 1024 * 1024,
-        description="Largest request or response message (bytes).",
+        description="Largest response message (bytes).",
         ge=1024,
+    )
+    max_string_chars: int = Field(
+        default=256,
+        description="Longest string field of a request (characters); echoed truncated.",
+        ge=16,
+        le=65536,
+    )
+    max_open_streams: int = Field(
+        default=64,
+        description="Open reflection streams, and open health Watch streams, each (count).",
+        ge=1,
+        le=100_000,
+    )
+    stream_idle_timeout_s: float = Field(
+        default=120.0,
+        description="A reflection stream idle this long is closed (seconds).",
+        gt=0,
+    )
+
+    # --- connections ------------------------------------------------------------------------
+    max_streams_per_connection: int = Field(
+        default=100,
+        description="Concurrent calls on one HTTP/2 connection (count).",
+        ge=1,
+        le=10_000,
+    )
+    keepalive_time_s: float = Field(
+        default=60.0,
+        description="Ping an idle connection this often to detect dead peers (seconds).",
+        gt=0,
+    )
+    keepalive_timeout_s: float = Field(
+        default=20.0, description="Close a connection whose ping is not answered (seconds).", gt=0
+    )
+    min_client_ping_interval_s: float = Field(
+        default=10.0,
+        description="Shortest interval between a client's keepalive pings (seconds).",
+        gt=0,
+    )
+    max_connection_idle_s: float = Field(
+        default=900.0,
+        description="Close a connection with no call for this long (seconds; 0: never).",
+        ge=0,
+    )
+    max_connection_age_s: float = Field(
+        default=1800.0,
+        description="Ask clients to reconnect after this long, spreading load on new "
+        "replicas (seconds; 0: never).",
+        ge=0,
+    )
+    max_connection_age_grace_s: float | None = Field(
+        default=None,
+        description="Time calls in flight get after max_connection_age (seconds; default: "
+        "max_deadline_s, so no call is cut short).",
+        ge=0,
+    )
+
+    # --- security ---------------------------------------------------------------------------
+    tls_cert: str | None = Field(
+        default=None, description="Server certificate chain, PEM (path; with tls_key: TLS)."
+    )
+    tls_key: str | None = Field(default=None, description="Server private key, PEM (path).")
+    tls_client_ca: str | None = Field(
+        default=None,
+        description="CA bundle that client certificates must chain to, PEM (path; mTLS).",
+    )
+    auth_token_file: str | None = Field(
+        default=None,
+        description="Bearer tokens, one per line (path); set: every meshplan.v1 call needs one.",
+    )
+    reflection: bool = Field(default=True, description="Serve gRPC server reflection.")
+    health_port: int | None = Field(
+        default=None,
+        description="Also serve grpc.health.v1 alone, in plaintext, on this port (unset: off; "
+        "for probes that speak neither TLS nor tokens, e.g. Kubernetes').",
+        ge=0,
+        le=65535,
+    )
+
+    # --- observability and shutdown ---------------------------------------------------------
+    metrics_port: int | None = Field(
+        default=None,
+        description="Serve Prometheus metrics over HTTP on this port (unset: off; 0: any).",
+        ge=0,
+        le=65535,
+    )
+    metrics_host: str | None = Field(
+        default=None, description="Address of the metrics endpoint (default: host)."
     )
     grace_period_s: float = Field(
         default=30.0,
@@ -72,3 +198,28 @@ class Settings(BaseSettings):
         ge=0,
     )
     log_level: str = Field(default="INFO", description="Python logging level (name).")
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="Log lines as text or as JSON objects (one per line)."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both or neither")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("tls_client_ca (mTLS) needs tls_cert and tls_key")
+        return self
+
+    @property
+    def solves_per_caller(self) -> int:
+        """max_solves_per_caller, with 0 read as half the solver slots (at least one)."""
+        if self.max_solves_per_caller:
+            return min(self.max_solves_per_caller, self.max_concurrent_solves)
+        return max(1, math.ceil(self.max_concurrent_solves / 2))
+
+    @property
+    def connection_age_grace_s(self) -> float:
+        """max_connection_age_grace_s, defaulting to max_deadline_s."""
+        if self.max_connection_age_grace_s is None:
+            return self.max_deadline_s
+        return self.max_connection_age_grace_s

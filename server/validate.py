@@ -21,6 +21,25 @@ from pydantic import BaseModel, ValidationError
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 _PREFIXES = ("Value error, ", "Assertion failed, ")
+ECHO_CHARS = 80  # longest piece of a caller's value echoed back in an error
+DESCRIPTION_CHARS = 300  # longest description of one violation
+MESSAGE_CHARS = 1000  # longest status message (trailers must stay well under 8 KiB)
+MAX_VIOLATIONS = 8  # field violations sent in one status
+
+
+def shorten(text: str, limit: int = ECHO_CHARS) -> str:
+    """`text` cut to `limit` characters, saying how long it was: errors echo values truncated."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: max(limit - 24, 8)]}... ({len(text):,} characters)"
+
+
+def echo(value: Any) -> str:
+    """A caller's value as an error shows it: its repr, truncated (a long string is cut before
+    it is quoted, so no copy of it is made)."""
+    if isinstance(value, str | bytes) and len(value) > ECHO_CHARS:
+        return f"{value[: ECHO_CHARS - 24]!r}... ({len(value):,} characters)"
+    return shorten(repr(value))
 
 
 @dataclass(frozen=True)
@@ -70,9 +89,10 @@ def from_validation_error(err: ValidationError, prefix: str = "") -> list[Violat
                 value = None
         shown = value is not None and not isinstance(value, dict) and str(value) not in msg
         if e["type"] != "missing" and shown:
-            msg = f"{msg} (got {value!r})"
+            msg = f"{msg} (got {echo(value)})"
         path = _path(loc)
-        out.append(Violation(f"{prefix}.{path}" if prefix and path else prefix or path, msg))
+        field = f"{prefix}.{path}" if prefix and path else prefix or path
+        out.append(Violation(field, shorten(msg, DESCRIPTION_CHARS)))
     return out
 
 
@@ -153,22 +173,25 @@ def from_solver_error(err: Exception, request: BaseModel, prefix: str = "") -> l
         message = "unknown name"  # the value is appended below
     value = _value_at(data, path) if path else None
     if value is not None and not isinstance(value, dict) and str(value) not in message:
-        message = f"{message} (got {value!r})"
+        message = f"{message} (got {echo(value)})"
     full = f"{prefix}.{path}" if prefix and path else prefix or path
-    return [Violation(full, message)]
+    return [Violation(full, shorten(message, DESCRIPTION_CHARS))]
 
 
 def bad_request_status(violations: list[Violation], message: str = "") -> grpc.Status:
     """INVALID_ARGUMENT carrying a google.rpc.BadRequest with one entry per violation."""
     detail = error_details_pb2.BadRequest(
         field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
-            for v in violations
+            error_details_pb2.BadRequest.FieldViolation(
+                field=v.field, description=shorten(v.description, DESCRIPTION_CHARS)
+            )
+            for v in violations[:MAX_VIOLATIONS]
         ]
     )
     packed = any_pb2.Any()
     packed.Pack(detail)
     summary = message or "; ".join(f"{v.field}: {v.description}" for v in violations)
+    summary = shorten(summary, MESSAGE_CHARS)
     status = status_pb2.Status(
         code=code_pb2.INVALID_ARGUMENT, message=summary or "invalid request", details=[packed]
     )

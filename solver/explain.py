@@ -1,42 +1,69 @@
-"""Why nothing fits, the least memory any layout needs, and the smallest cluster that fits."""
+"""Why nothing fits, the least memory any layout needs, and the smallest cluster that fits.
+
+Every loop here calls `check()` (the solve's stop event and deadline: it raises Stopped), so an
+explanation never outlives the request's time limit or a cancelled call; what it could not
+finish in time it says it did not finish.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
+from annotated_types import Le
+
 from meshplan.solver.costmodel import Point
 from meshplan.solver.costmodel.model import MEMORY_UNIT
+from meshplan.solver.cpsat.tables import Stopped
 from meshplan.solver.hardware import GIB
 from meshplan.solver.results import Explanation
+from meshplan.solver.schema import ClusterSpec
 from meshplan.solver.space import Space
 
+Check = Callable[[], None]
+_CHECK_EVERY = 64  # layouts between two looks at the stop event and the deadline
 
-def frugal(sp: Space) -> tuple[Point, int] | None:
+
+def _never() -> None:
+    return None
+
+
+def max_gpus() -> int:
+    """The largest cluster a request may name (the schema's cap on cluster.num_gpus)."""
+    caps = [m.le for m in ClusterSpec.model_fields["num_gpus"].metadata if isinstance(m, Le)]
+    return int(min(caps))
+
+
+def _needs(sp: Space, check: Check) -> Iterator[tuple[Point, int]]:
+    """Each layout's least-memory point and the memory it needs (model units), checking the
+    stop event every _CHECK_EVERY layouts."""
+    for i, lay in enumerate(sp.all_layouts):
+        if i % _CHECK_EVERY == 0:
+            check()
+        p = sp.least_memory_point(lay)
+        if p is not None:
+            yield p, max(sp.cm.stage_bytes(p, st) for st in ("first", "last"))
+
+
+def frugal(sp: Space, check: Check = _never) -> tuple[Point, int] | None:
     """The least-memory point of the space (memory falls monotonically along each axis chosen:
     the highest ZeRO stage, full recomputation, the smallest micro-batch and count, the most
     experts per rank, one model chunk); None when the space has no layout at all."""
-    best: tuple[Point, int] | None = None
-    for lay in sp.all_layouts:
-        p = sp.least_memory_point(lay)
-        if p is None:
-            continue
-        need = max(sp.cm.stage_bytes(p, st) for st in ("first", "last"))
-        if best is None or need < best[1]:
-            best = (p, need)
-    return best
+    return min(_needs(sp, check), key=lambda pn: pn[1], default=None)
 
 
-def feasible_at(sp: Space) -> bool:
-    f = frugal(sp)
-    return f is not None and f[1] <= sp.cm.budget
+def feasible_at(sp: Space, check: Check = _never) -> bool:
+    """Whether some layout's least-memory point fits (stops at the first that does)."""
+    return any(need <= sp.cm.budget for _, need in _needs(sp, check))
 
 
 def _gib(x: float) -> str:
     return f"{x / GIB:.1f} GiB"
 
 
-def reason(sp: Space) -> tuple[str, int]:
+def reason(sp: Space, check: Check = _never) -> tuple[str, int]:
     """Words a person acts on, and the least bytes per GPU any layout needs (0 if none)."""
     n = sp.H.num_gpus
-    f = frugal(sp)
+    f = frugal(sp, check)
     if f is None:
         if not sp.tp_values():
             return (
@@ -61,37 +88,79 @@ def reason(sp: Space) -> tuple[str, int]:
     ), need
 
 
-def min_gpus(rebuild, n: int, gpn: int, limit: int = 1 << 21) -> int:  # noqa: ANN001
-    """Smallest whole-node count (or sub-node power of two) that fits: doubling, then bisection.
+class MinGpus:
+    """The smallest whole-node count (or sub-node power of two) that fits, found by doubling
+    from the request's count up to the schema's cap, then bisection; `searched_to` is the
+    largest count tried so far (kept when the search is stopped)."""
 
-    `rebuild(count) -> Space` builds the same request on `count` GPUs."""
+    def __init__(self, rebuild: Callable[[int], Space], check: Check = _never) -> None:
+        self.rebuild, self.check = rebuild, check
+        self.searched_to = 0
 
-    def ok(k: int) -> bool:
-        return feasible_at(rebuild(k))
+    def ok(self, k: int) -> bool:
+        self.check()
+        self.searched_to = max(self.searched_to, k)
+        return feasible_at(self.rebuild(k), self.check)
 
-    hi = max(n, 1)
-    while not ok(hi):
-        hi *= 2
-        if hi > limit:
-            return 0
-    cands = sorted(
-        {k for k in range(gpn, hi + 1, gpn)}
-        | {1 << i for i in range(hi.bit_length()) if (1 << i) <= hi and (1 << i) < gpn}
-    )
-    cands = [k for k in cands if k > (hi // 2 if hi > n else 0)]
-    lo_i, hi_i = 0, len(cands) - 1
-    while lo_i < hi_i:  # memory falls with more GPUs; divisibility can break it, so verify below
-        mid = (lo_i + hi_i) // 2
-        if ok(cands[mid]):
-            hi_i = mid
-        else:
-            lo_i = mid + 1
-    return cands[lo_i] if ok(cands[lo_i]) else hi
+    def find(self, n: int, gpn: int, limit: int) -> int:
+        """0 when no count up to `limit` fits."""
+        lo, hi = 0, min(max(n, 1), limit)
+        while not self.ok(hi):
+            if hi >= limit:
+                return 0
+            lo, hi = hi, min(hi * 2, limit)
+        cands = sorted(
+            {k for k in range(gpn, hi + 1, gpn)}
+            | {1 << i for i in range(hi.bit_length()) if (1 << i) <= hi and (1 << i) < gpn}
+        )
+        cands = [k for k in cands if k > lo] or [hi]
+        lo_i, hi_i = 0, len(cands) - 1
+        while lo_i < hi_i:  # memory falls with more GPUs; divisibility can break it: verify below
+            mid = (lo_i + hi_i) // 2
+            if self.ok(cands[mid]):
+                hi_i = mid
+            else:
+                lo_i = mid + 1
+        return cands[lo_i] if self.ok(cands[lo_i]) else hi
 
 
-def explain(sp: Space, rebuild, search_min: bool) -> Explanation:  # noqa: ANN001
-    text, need = reason(sp)
-    m = min_gpus(rebuild, sp.H.num_gpus, sp.H.gpn) if search_min else 0
+def min_gpus(rebuild: Callable[[int], Space], n: int, gpn: int, limit: int | None = None) -> int:
+    """Smallest whole-node count (or sub-node power of two) that fits, up to `limit` (default:
+    the schema's cap on cluster.num_gpus); 0 if none does. `rebuild(count) -> Space` builds the
+    same request on `count` GPUs."""
+    return MinGpus(rebuild).find(n, gpn, limit or max_gpus())
+
+
+def explain(
+    sp: Space, rebuild: Callable[[int], Space], search_min: bool, check: Check = _never
+) -> Explanation:
+    """The explanation of an infeasible request, computed under `check` (the solve's stop event
+    and deadline); a part cut short says so instead of running on."""
+    try:
+        text, need = reason(sp, check)
+    except Stopped:
+        return Explanation(
+            reason=(
+                f"no layout of {sp.H.num_gpus} GPUs fits; the time limit (or a cancel) stopped "
+                "the search for the least memory a layout needs"
+            ),
+            min_gpus=0,
+            min_memory_bytes=0,
+        )
+    if not search_min:
+        return Explanation(reason=text, min_gpus=0, min_memory_bytes=need)
+    limit = max_gpus()
+    search = MinGpus(rebuild, check)
+    try:
+        m = search.find(sp.H.num_gpus, sp.H.gpn, limit)
+    except Stopped:
+        text += (
+            "; the time limit (or a cancel) stopped the search for the smallest cluster that "
+            f"fits after trying up to {search.searched_to} GPUs"
+        )
+        return Explanation(reason=text, min_gpus=0, min_memory_bytes=need)
     if m:
         text += f"; the smallest cluster that fits is {m} GPUs"
+    else:
+        text += f"; no cluster of up to {limit:,} GPUs fits this request"
     return Explanation(reason=text, min_gpus=m, min_memory_bytes=need)

@@ -98,8 +98,14 @@ def _plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRe
             prune=False,  # the explanation reads each layout's least-memory point itself
         )
 
+    deadline = t0 + o.time_limit_s  # the limit covers building the tables and models too
+
+    def check() -> None:
+        if time.perf_counter() >= deadline or (stop_event is not None and stop_event.is_set()):
+            raise Stopped()
+
     def infeasible(status: str, solve_s: float, nvars: int = 0, ncons: int = 0) -> PlanResult:
-        why = explain(sp, rebuild, o.explain)
+        why = explain(sp, rebuild, o.explain, check)  # under the same deadline and stop event
         info = SolverInfo(
             status=status,
             objective=0,
@@ -121,12 +127,6 @@ def _plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRe
 
     if not (sp.layouts and sp.pv and sp.db and sp.te):
         return infeasible("INFEASIBLE", 0.0)
-    deadline = t0 + o.time_limit_s  # the limit covers building the tables and models too
-
-    def check() -> None:
-        if time.perf_counter() >= deadline or (stop_event is not None and stop_event.is_set()):
-            raise Stopped()
-
     tables = Tables(sp, check)
     try:
         bounds = tables.coarse()

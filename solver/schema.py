@@ -157,19 +157,21 @@ class ClusterSpec(_Strict):
     hbm_gib: float | None = Field(
         default=None, description="Override of HBM per GPU (GiB).", gt=0, le=65536
     )
+    # Lower bounds keep the step time within the CP-SAT model's integers: 1 TFLOP/s is a CPU's
+    # order, 0.1 GB/s is below 1 Gb Ethernet (IEEE 802.3ab 1000BASE-T: 125 MB/s).
     peak_bf16_tflops: float | None = Field(
-        default=None, description="Override of dense BF16 peak per GPU (TFLOP/s).", gt=0, le=1e6
+        default=None, description="Override of dense BF16 peak per GPU (TFLOP/s).", ge=1, le=1e6
     )
     intra_node_gbps: float | None = Field(
         default=None,
         description="Override of in-node bandwidth per GPU (GB/s, one direction).",
-        gt=0,
+        ge=0.1,
         le=1e6,
     )
     inter_node_gbps: float | None = Field(
         default=None,
         description="Override of inter-node bandwidth per GPU (GB/s, one direction).",
-        gt=0,
+        ge=0.1,
         le=1e6,
     )
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import latency, scaling, suite, throughput
+from benchmarks import latency, scaling, soak, suite, throughput
 from benchmarks.__main__ import load
 from benchmarks.__main__ import main as dispatch
 from benchmarks.common import Summary, percentile, table
@@ -141,3 +141,18 @@ def test_startup_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     for c in cmds:
         assert len(c["runs"]) == 3 and 0 < c["best"] <= c["median"] <= max(c["runs"]), c
         assert c["exit_status"] == 0 and c["heavy_imports"] == [], c
+
+
+def test_soak_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rep = _run(soak, tmp_path, capsys)
+    load, fuzz = rep["load"], rep["fuzz"]
+    assert load["clients"] == soak.QUICK["clients"] and load["seconds"] >= soak.QUICK["seconds"]
+    assert sum(load["codes"].values()) > 0 and load["codes"].get("OK", 0) > 0
+    assert set(load["codes"]) <= {"OK", "RESOURCE_EXHAUSTED"}  # the service's contract
+    _ordered(load["health"])
+    assert load["health_failures"] == 0 and load["rss_before_mb"] > 0 and load["rss_after_mb"] > 0
+    assert fuzz["calls"] == soak.QUICK["fuzz"] == sum(fuzz["codes"].values())
+    assert sum(fuzz["kinds"].values()) == fuzz["calls"] and len(fuzz["kinds"]) == 6
+    assert fuzz["internal"] == fuzz["internal_items"] == fuzz["internal_log_lines"] == 0
+    assert 0 < fuzz["logged"] <= fuzz["calls"] and fuzz["late_count"] == len(fuzz["late"])
+    assert rep["exit_code"] == 0

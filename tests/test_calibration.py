@@ -149,3 +149,17 @@ def test_fitted_errors_in_sample() -> None:
     assert s["all"].mfu_p90 <= 0.25
     for c in ("BF16-dense", "FP8-dense", "MoE"):
         assert abs(s[c].mfu_bias) <= 0.06, (c, s[c])
+
+
+def test_free_plans_are_doubted_on_memory_margin_and_recompute_timing() -> None:
+    from benchmarks.fidelity_free import doubts
+
+    row = {"framework": "TORCHTITAN", "free_recompute": "NONE", "free_memory_share": 0.90}
+    margins = {"TORCHTITAN": 0.085, "KEMPNERFORGE": 0.0}
+    assert doubts(row, margins) == []  # 90% of usable with an 8.5% worst under-prediction: safe
+    tight = doubts(row | {"free_memory_share": 0.95}, margins)
+    assert len(tight) == 1 and "95%" in tight[0]
+    sac = doubts(row | {"free_recompute": "SELECTIVE"}, margins)
+    assert sac and "op-level selective" in sac[0]
+    kf = {"framework": "KEMPNERFORGE", "free_recompute": "SELECTIVE", "free_memory_share": 0.99}
+    assert doubts(kf, margins) == []  # never under-predicted, and not torchtitan's AC

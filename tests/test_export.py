@@ -16,6 +16,7 @@ import pytest
 
 from meshplan.solver.arch import Arch, resolve_model
 from meshplan.solver.costmodel import CostModel, Point
+from meshplan.solver.costmodel.framework_timing import overlaps_for
 from meshplan.solver.hardware import resolve_cluster
 from meshplan.solver.schema import (
     ClusterSpec,
@@ -245,7 +246,19 @@ def random_plans(framework: Framework, n: int, seed: int) -> list[tuple[Point, s
         prec = rng.choice([Precision.BF16, Precision.FP8])
         if framework is Framework.DEEPSPEED:
             prec = Precision.BF16
-        t = TrainingSpec(seq_len=rng.choice([2048, 4096]), precision=prec, framework=framework)
+        switches = {  # the request's overlap switches: unset (the profile's default), on, off
+            k: rng.choice([None, True, False])
+            for k in (
+                "tp_comm_overlap",
+                "dp_comm_overlap",
+                "cp_comm_overlap",
+                "ep_comm_overlap",
+                "ep_dispatch_dedup",
+            )
+        }
+        t = TrainingSpec(
+            seq_len=rng.choice([2048, 4096]), precision=prec, framework=framework, **switches
+        )
         q = SearchSpec(max_micro_batch_size=4, max_virtual_stages=3)
         A = resolve_model(ModelSpec(preset=model))
         if shape_limits(KIND_OF[framework], A):  # a shape its config cannot describe
@@ -296,6 +309,10 @@ def test_random_plan_exports_with_every_knob(
     c = p.config()
     tokens = c.dp * c.micro_batch_size * c.num_microbatches * t.seq_len
     kind = KIND_OF[fw]
+    if kind == "megatron" and megatron_refuses(c, A, t):
+        with pytest.raises(ValueError, match="cannot express.*(tp|ep)_comm_overlap"):
+            emit(None, c, ModelSpec(preset=model), t, tokens)
+        return
     text = emit(None, c, ModelSpec(preset=model), t, tokens)
     seqs = c.dp * c.micro_batch_size * c.num_microbatches
     got = {
@@ -331,6 +348,66 @@ def test_random_plan_exports_with_every_knob(
         assert got["zero"] == c.zero_stage
     if "sp" in got:
         assert got["sp"] == (c.sequence_parallel and c.tp > 1)
+    assert_overlaps(kind, text, got, c, A, t)
+
+
+# --- the overlaps the time model assumed, switched on in the snippet ----------------------------
+
+
+def megatron_refuses(c: ParallelConfig, A: Arch, t: TrainingSpec) -> bool:
+    """Overlaps Megatron-LM cannot combine with the layout (arguments.py, transformer_config.py
+    @ d98e8a6): tp overlap without sequence parallelism; the MoE all-to-all overlap with pp > 1
+    and no virtual stages, or with full recomputation."""
+    ov = overlaps_for(t)
+    tp = ov.tp and c.tp > 1 and not c.sequence_parallel
+    ep = ov.ep and A.is_moe and c.ep > 1
+    ep = ep and ((c.pp > 1 and c.virtual_stages == 1) or c.recompute is Recompute.FULL)
+    return tp or ep
+
+
+def assert_overlaps(
+    kind: str, text: str, got: dict, c: ParallelConfig, A: Arch, t: TrainingSpec
+) -> None:
+    """Every overlap the cost model timed the plan with is switched on in the snippet (and no
+    other), in the framework's own names; where the framework has no switch, a note says so."""
+    H = resolve_cluster(ClusterSpec(num_gpus=c.tp * c.pp * c.cp * c.dp))
+    ov = CostModel(A, H, t, SearchSpec()).ctx.overlaps  # what the time model used
+    assert ov == overlaps_for(t)
+    dp = c.dp * c.cp > 1 and c.zero_stage in ov.dp_stages
+    moe_ep = A.is_moe and c.ep > 1
+    assert "time model overlaps:" in text
+    if kind == "megatron":
+        a = got["args"]
+        assert ("--tp-comm-overlap" in a) == (ov.tp and c.tp > 1)
+        assert ("--overlap-grad-reduce" in a) == dp
+        assert ("--overlap-param-gather" in a) == (dp and c.zero_stage >= 1)
+        assert (one(a, "--cp-comm-type") == "p2p") == (c.cp > 1)
+        assert ("--overlap-moe-expert-parallel-comm" in a) == (moe_ep and ov.ep)
+        assert ("--moe-enable-deepep" in a) == (moe_ep and ov.ep_dedup)
+        if A.is_moe:
+            flex = moe_ep and ov.ep_dedup
+            assert one(a, "--moe-token-dispatcher-type") == ("flex" if flex else "alltoall")
+        # Megatron's own checks on what was switched on (arguments.py @ d98e8a6)
+        if "--tp-comm-overlap" in a:
+            assert "--sequence-parallel" in a
+        if "--overlap-param-gather" in a:
+            assert "--overlap-grad-reduce" in a and "--use-distributed-optimizer" in a
+        if c.tp > 1 or c.cp > 1:
+            assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in text
+    elif kind == "torchtitan":
+        par, raw = got["raw"]["parallelism"], got["raw"]
+        async_tp = ov.tp and c.tp > 1
+        assert par.get("enable_async_tensor_parallel", False) == async_tp
+        if async_tp:  # "Async TP requires 'model' in --compile.components and --compile.enable"
+            assert raw["compile"]["enable"] and "model" in raw["compile"]["components"]
+        if c.cp > 1:
+            assert par["context_parallel_rotate_method"] == "allgather"
+    elif kind == "deepspeed":
+        assert json.loads(text)["zero_optimization"]["overlap_comm"] == dp
+        if ov.tp and c.tp > 1:
+            assert "no tensor-parallel overlap" in text
+    elif kind == "kempnerforge" and ov.tp and c.tp > 1:
+        assert "no async overlap" in text
 
 
 # --- a few plans read in detail -----------------------------------------------------------------
@@ -428,3 +505,71 @@ def test_inconsistent_global_batch_is_an_error() -> None:
     c = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=1, num_microbatches=1)
     with pytest.raises(ValueError, match="global_batch_tokens"):
         emit("megatron", c, ModelSpec(preset="llama3-8b"), TrainingSpec(seq_len=4096), 4096)
+
+
+def test_megatron_launches_the_overlaps_its_profile_is_timed_with() -> None:
+    # MEGATRON's timing: --tp-comm-overlap, --overlap-grad-reduce, --overlap-param-gather and
+    # Transformer Engine's p2p ring for cp (solver/profiles.py), as Megatron-Core's scaling runs
+    c = ParallelConfig(tp=4, pp=2, dp=4, cp=2, micro_batch_size=1, num_microbatches=8)
+    a = shell_args(_emit("megatron", c, "llama3-70b", seq_len=8192), MEGATRON_FLAGS)
+    assert {"--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather"} <= set(a)
+    assert one(a, "--cp-comm-type") == "p2p"
+    off = _emit("megatron", c, "llama3-70b", seq_len=8192, tp_comm_overlap=False)
+    assert "--tp-comm-overlap" not in shell_args(off, MEGATRON_FLAGS)
+    assert "only in the interleaved schedule" in off  # 1F1B does not overlap its sends
+
+
+def test_megatron_moe_overlap_and_deepep() -> None:
+    c = ParallelConfig(
+        tp=2, pp=2, dp=16, ep=8, etp=1, micro_batch_size=1, num_microbatches=8, zero_stage=1
+    )
+    with pytest.raises(ValueError, match="ep_comm_overlap.*virtual stages"):
+        _emit("megatron", c, "qwen3-235b-a22b", seq_len=4096, ep_comm_overlap=True)
+    full = c.model_copy(update={"pp": 1, "dp": 32, "recompute": Recompute.FULL})
+    with pytest.raises(ValueError, match="ep_comm_overlap.*full recomputation"):
+        _emit("megatron", full, "qwen3-235b-a22b", seq_len=4096, ep_comm_overlap=True)
+    v2 = c.model_copy(update={"virtual_stages": 2})
+    text = _emit(
+        "megatron",
+        v2,
+        "qwen3-235b-a22b",
+        seq_len=4096,
+        ep_comm_overlap=True,
+        ep_dispatch_dedup=True,
+    )
+    a = shell_args(text, MEGATRON_FLAGS)
+    assert "--overlap-moe-expert-parallel-comm" in a and "--moe-enable-deepep" in a
+    assert a["--moe-token-dispatcher-type"] == ["flex"]  # DeepEP runs on the flex dispatcher
+
+
+def test_torchtitan_async_tp_only_when_asked_and_with_compile() -> None:
+    c = ParallelConfig(tp=8, pp=1, dp=32, micro_batch_size=2, num_microbatches=1, zero_stage=3)
+    t = {"seq_len": 8192, "framework": Framework.TORCHTITAN}
+    plain = tomllib.loads(_emit("torchtitan", c, "llama3-70b", **t))
+    assert "enable_async_tensor_parallel" not in plain["parallelism"] and "compile" not in plain
+    asked = tomllib.loads(_emit("torchtitan", c, "llama3-70b", tp_comm_overlap=True, **t))
+    assert asked["parallelism"]["enable_async_tensor_parallel"] is True
+    assert asked["compile"] == {"enable": True, "components": ["model", "loss"]}
+    cp = c.model_copy(update={"dp": 16, "cp": 2})
+    ring = tomllib.loads(_emit("torchtitan", cp, "llama3-70b", **t))["parallelism"]
+    assert ring["context_parallel_rotate_method"] == "allgather"  # what the profile times
+
+
+def test_deepspeed_overlap_comm_follows_the_timed_zero_stage() -> None:
+    c = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=1, num_microbatches=1, zero_stage=3)
+    t = {"seq_len": 4096, "framework": Framework.DEEPSPEED}
+    z3 = json.loads(_emit("deepspeed", c, "llama3-8b", **t))["zero_optimization"]
+    z1 = json.loads(_emit("deepspeed", c.model_copy(update={"zero_stage": 1}), "llama3-8b", **t))[
+        "zero_optimization"
+    ]
+    assert z3["overlap_comm"] is True and z1["overlap_comm"] is False  # DeepSpeed's default
+    asked = json.loads(
+        _emit(
+            "deepspeed",
+            c.model_copy(update={"zero_stage": 1}),
+            "llama3-8b",
+            dp_comm_overlap=True,
+            **t,
+        )
+    )
+    assert asked["zero_optimization"]["overlap_comm"] is True

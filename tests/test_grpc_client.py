@@ -49,6 +49,10 @@ def test_targets() -> None:
     assert make_target("127.0.0.1:1,127.0.0.1:2") == "ipv4:127.0.0.1:1,127.0.0.1:2"
     assert make_target(["[::1]:1", "[::1]:2"]) == "ipv6:[::1]:1,[::1]:2"
     assert make_target(["127.0.0.1:1"]) == "127.0.0.1:1"
+    assert make_target("a.example:1,a.example:1") == "a.example:1"  # a repeated target once
+    assert (
+        make_target(["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:1"]) == "ipv4:127.0.0.1:1,127.0.0.1:2"
+    )
     with pytest.raises(ValueError, match="DNS name"):
         make_target(["a.example:1", "b.example:1"])
     with pytest.raises(ValueError):

@@ -93,7 +93,9 @@ def test_cancelled_call_stops_its_solve_within_50ms() -> None:
 def test_health_answers_while_every_slot_is_busy_and_overload_is_refused() -> None:
     fake = BlockingPlan()
     with (
-        running_server(plan_fn=fake, max_concurrent_solves=2, max_queued_solves=1) as (port, _),
+        running_server(
+            plan_fn=fake, max_concurrent_solves=2, max_solves_per_caller=2, max_queued_solves=1
+        ) as (port, _),
         grpc.insecure_channel(f"{LOOPBACK}:{port}") as channel,
     ):
         stub = planner_pb2_grpc.PlannerStub(channel)
@@ -132,7 +134,7 @@ def test_batch_cap_and_empty_batch_are_invalid() -> None:
 def test_cancelling_a_batch_stops_its_solves() -> None:
     fake = BlockingPlan()
     with (
-        running_server(plan_fn=fake, max_concurrent_solves=2) as (port, _),
+        running_server(plan_fn=fake, max_concurrent_solves=2, max_solves_per_caller=2) as (port, _),
         grpc.insecure_channel(f"{LOOPBACK}:{port}") as channel,
     ):
         stub = planner_pb2_grpc.PlannerStub(channel)

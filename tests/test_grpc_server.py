@@ -16,6 +16,7 @@ from meshplan import solver
 from meshplan.client import InvalidRequestError, PlannerClient
 from meshplan.client.exceptions import DeadlineExceededError, error_from_rpc
 from meshplan.client.sync import plan_message
+from meshplan.server.logs import TextFormatter
 from meshplan.solver.results import PlanResult, PlanStatus
 from meshplan.solver.schema import EvaluateRequest, ParallelConfig, PlanRequest
 from meshplan.v1 import planner_pb2
@@ -46,7 +47,12 @@ def recorder() -> RecordingPlan:
 
 @pytest.fixture(scope="module")
 def port(recorder: RecordingPlan) -> Iterator[int]:
-    settings = {"max_concurrent_solves": 2, "max_queued_solves": 64}
+    settings = {  # one loopback caller: the per-caller limits are as wide as the server's
+        "max_concurrent_solves": 2,
+        "max_queued_solves": 64,
+        "max_calls_per_caller": 66,
+        "max_solves_per_caller": 2,
+    }
     with running_server(plan_fn=recorder, **settings) as (bound, _):
         yield bound
 
@@ -245,6 +251,7 @@ def test_batch_streams_each_answer_as_soon_as_it_is_solved(client: PlannerClient
 def test_one_log_line_per_call(client: PlannerClient, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="meshplan.server")
     client.plan(small_request(time_limit_s=10))
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("method=Plan ")]
+    text = TextFormatter()
+    lines = [text.format(r) for r in caplog.records if r.getMessage().startswith("method=Plan ")]
     assert len(lines) == 1
     assert "status=OK" in lines[0] and "request_id=" in lines[0] and "solve_s=" in lines[0]

@@ -13,9 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import grpc
-from grpc_health.v1 import health
 
-from meshplan.server.app import create_server
+from meshplan.server.app import PlannerServer, create_server
 from meshplan.server.settings import Settings
 from meshplan.solver.results import Explanation, NumParameters, PlanResult, PlanStatus, SolverInfo
 from meshplan.solver.schema import ClusterSpec, ModelSpec, Options, PlanRequest
@@ -104,18 +103,15 @@ class BlockingPlan:
 
 
 @contextmanager
-def running_server(**overrides: object) -> Iterator[tuple[int, health.HealthServicer]]:
+def running_server(**overrides: object) -> Iterator[tuple[int, PlannerServer]]:
     """A started in-process server on a free loopback port; stopped on exit."""
     plan_fn = overrides.pop("plan_fn", None)
     evaluate_fn = overrides.pop("evaluate_fn", None)
     settings = Settings(**{"host": LOOPBACK, "port": 0, "grace_period_s": 0.0, **overrides})
-    health_servicer = health.HealthServicer()
-    server, port = create_server(
-        settings, health_servicer=health_servicer, plan_fn=plan_fn, evaluate_fn=evaluate_fn
-    )
+    server, port = create_server(settings, plan_fn=plan_fn, evaluate_fn=evaluate_fn)
     server.start()
     try:
-        yield port, health_servicer
+        yield port, server
     finally:
         server.stop(0).wait(10)
 

@@ -6,7 +6,8 @@ FSDP, the same FSDP recipe) to TORCHTITAN, seed 001 to KEMPNERFORGE).
 What a source leaves unstated is taken as the source's own configuration says, or left free:
 - NeMo 24.07 and the DGX Cloud recipes train with NeMo's distributed_fused_adam and
   grad_sync_dtype bf16 (NVIDIA/dgxc-benchmarking @ 0b71cfda5163540778e2a3d2db59858bf62f96f7,
-  llama3.1/llama3.1_*.yaml): bf16 main gradients (training.grad_reduce_in_bf16);
+  llama3.1/llama3.1_*.yaml): bf16 main gradients (training.grad_reduce_in_bf16, set by the
+  loader, tools/calibration_megatron.py);
 - the Megatron MoE model zoo recomputes "norm, act": selective recomputation;
 - a recomputation the source does not state may be any mode (the run fits with one of them);
 - FSDP over a single data-parallel rank shards nothing: ZeRO 0.
@@ -49,8 +50,7 @@ def requests(run) -> list[EvaluateRequest]:  # noqa: ANN001
     c, t = req.config, req.training
     if c.dp * c.cp == 1 and c.zero_stage:
         c = c.model_copy(update={"zero_stage": 0})
-    if run.source in BF16_GRADS:
-        t = t.model_copy(update={"grad_reduce_in_bf16": True})
+    assert t.grad_reduce_in_bf16 == (run.source in BF16_GRADS)  # the loader states it
     stated = _published_recompute().get(run.id, "seed001")
     if stated and stated.startswith("selective"):
         c = c.model_copy(update={"recompute": Recompute.SELECTIVE})

@@ -1,5 +1,6 @@
 """The two worked integrations in examples/, each run as a script against a live server on
-loopback: a SkyPilot time estimator and an elastic-training layout table."""
+loopback with TLS and a bearer token (the scripts take the CLI's connection flags): a SkyPilot
+time estimator and an elastic-training layout table."""
 
 from __future__ import annotations
 
@@ -11,24 +12,42 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_grpc_support import LOOPBACK, running_server
+import trustme
+from test_grpc_support import running_server
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TOKEN = "examples-token-0123456789"
 
 
 @pytest.fixture(scope="module")
-def target() -> Iterator[str]:
-    with running_server(max_concurrent_solves=2) as (port, _):
-        yield f"{LOOPBACK}:{port}"
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[str]]]:
+    """A server with TLS and a token on loopback, and the connection flags that reach it."""
+    tmp = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA()
+    leaf = ca.issue_cert("localhost")
+    (tmp / "ca.pem").write_bytes(ca.cert_pem.bytes())
+    (tmp / "cert.pem").write_bytes(b"".join(b.bytes() for b in leaf.cert_chain_pems))
+    (tmp / "key.pem").write_bytes(leaf.private_key_pem.bytes())
+    (tmp / "tokens").write_text(TOKEN + "\n")
+    settings = {
+        "tls_cert": str(tmp / "cert.pem"),
+        "tls_key": str(tmp / "key.pem"),
+        "auth_token_file": str(tmp / "tokens"),
+    }
+    with running_server(max_concurrent_solves=2, **settings) as (port, _):
+        yield (
+            f"localhost:{port}",
+            ["--tls-ca", str(tmp / "ca.pem"), "--token-file", str(tmp / "tokens")],
+        )
 
 
-def _run(script: str, *args: str) -> str:
+def _run(script: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     out = subprocess.run(
         [sys.executable, str(EXAMPLES / script), *args],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    return out.stdout
+    assert (out.returncode == 0) == ok, out.stderr
+    return out
 
 
 def _load(script: str):  # noqa: ANN202
@@ -39,10 +58,12 @@ def _load(script: str):  # noqa: ANN202
     return module
 
 
-def test_the_skypilot_estimator_answers_seconds_per_candidate(target: str) -> None:
-    lines = [
-        json.loads(x) for x in _run("skypilot_time_estimator.py", "--server", target).splitlines()
-    ]
+def test_the_skypilot_estimator_answers_seconds_per_candidate(
+    target: tuple[str, list[str]],
+) -> None:
+    server, flags = target
+    out = _run("skypilot_time_estimator.py", "--server", server, *flags).stdout
+    lines = [json.loads(x) for x in out.splitlines()]
     by = {(x["accelerator"], x["per_node"]): x["seconds"] for x in lines}
     never = _load("skypilot_time_estimator.py").NEVER_S
     for name in ("H100", "A100-80GB"):
@@ -53,9 +74,13 @@ def test_the_skypilot_estimator_answers_seconds_per_candidate(target: str) -> No
     assert by[("TPU-v5", 8)] == never  # not a GPU meshplan knows
 
 
-def test_the_elastic_table_has_a_layout_per_world_size(target: str, tmp_path: Path) -> None:
+def test_the_elastic_table_has_a_layout_per_world_size(
+    target: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    server, flags = target
     out = tmp_path / "layouts.json"
-    _run("elastic_layout_table.py", "--server", target, "--out", str(out), "--nodes-lost", "3")
+    args = ("--server", server, "--out", str(out), "--nodes-lost", "3")
+    _run("elastic_layout_table.py", *args, *flags)
     table = json.loads(out.read_text())
     sizes = sorted(map(int, table))
     assert sizes[-1] == 64 and set(sizes) <= {40, 48, 56, 64} and len(sizes) >= 2
@@ -70,3 +95,9 @@ def test_the_elastic_table_has_a_layout_per_world_size(target: str, tmp_path: Pa
     assert layout_for(table, 63) is table[str(max(s for s in sizes if s <= 63))]
     with pytest.raises(LookupError):
         layout_for(table, 8)
+
+
+def test_an_example_without_the_token_is_refused(target: tuple[str, list[str]]) -> None:
+    server, flags = target
+    out = _run("elastic_layout_table.py", "--server", server, *flags[:2], ok=False)
+    assert "UNAUTHENTICATED" in out.stderr

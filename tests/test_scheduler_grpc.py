@@ -1,29 +1,42 @@
 """The scheduler RPCs on a real server on loopback: answers equal the in-process ones, the same
 request gives the same bytes from the cache, bad input is INVALID_ARGUMENT naming the field, a
-256-cell curve honours its deadline, a cancelled call stops its work, and a query takes a solver
-slot like a plan."""
+256-cell curve honours its deadline, a cancelled call stops its work, a query takes a solver
+slot like a plan, and the CLI's subcommands reach a server with a token."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
 from test_grpc_support import LOOPBACK, raw_stub, running_server
 
-from meshplan.client import AsyncPlannerClient, InvalidRequestError, PlannerClient
+from meshplan.client import (
+    AsyncPlannerClient,
+    InvalidRequestError,
+    OverloadedError,
+    PlannerClient,
+    PlannerError,
+)
 from meshplan.client.exceptions import DeadlineExceededError, error_from_rpc
 from meshplan.client.scheduler import _message
 from meshplan.solver.scheduler import (
     AdmitRequest,
     CurveRequest,
+    CurveResult,
     FrontRequest,
     ReplanRequest,
     replan,
     scaling_curve,
 )
+from meshplan.solver.schema import PlanRequest
+from meshplan.tools.cli import main as cli_main
 from meshplan.v1 import planner_pb2
 
 CURVE = {
@@ -152,6 +165,21 @@ def test_bad_input_is_invalid_argument_naming_the_field(
     assert got == field, why
 
 
+@pytest.mark.parametrize("field", ["now_unix_s", "deadline_s", "clusters.price_per_gpu_hour"])
+def test_an_infinite_number_is_invalid_argument_naming_it(port: int, field: str) -> None:
+    """(It was INTERNAL: an infinite deadline or price has no canonical JSON for the cache key.)"""
+    body = {k: CURVE[k] for k in ("model", "training", "batch")}
+    req = {**body, "clusters": [{"max_gpus": 16}], "work": {"steps": 10}, "deadline_s": 3600.0}
+    msg = _message("SmallestAllocation", AdmitRequest.model_validate(req))
+    if field.startswith("clusters."):
+        msg.clusters[0].price_per_gpu_hour = float("inf")
+    else:
+        setattr(msg, field, float("inf"))
+    with raw_stub(port) as stub:
+        got, why = _violation(lambda: stub.SmallestAllocation(msg, timeout=60))
+    assert got == field.replace("clusters.", "clusters[0].") and "finite" in why, (got, why)
+
+
 def test_a_malformed_message_names_the_missing_field(port: int) -> None:
     msg = _message("ScalingCurve", CurveRequest.model_validate(CURVE))
     msg.batch.Clear()  # no batch kind: the policy must be stated
@@ -181,12 +209,131 @@ def test_a_cancelled_query_stops_its_work_and_frees_its_slot() -> None:
                 stub.Plan(plan, timeout=30)
             assert busy.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
             future.cancel()
-            deadline = time.monotonic() + 5.0
-            while True:  # the server's work stops: the slot comes free within seconds
+            cancelled = time.monotonic()
+            while True:  # the call's ticket comes back at once; then the plan needs the slot
                 try:
                     stub.Plan(plan, timeout=30)
                     break
                 except grpc.RpcError as err:
                     assert err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-                    assert time.monotonic() < deadline, "the cancelled curve kept its slot"
+                    assert time.monotonic() - cancelled < 5.0, "the cancelled call kept its ticket"
                     time.sleep(0.1)
+            # the server's work stopped: the solver slot came free within seconds, not after
+            # the whole curve (tens of seconds)
+            assert time.monotonic() - cancelled < 5.0, "the cancelled curve kept its slot"
+
+
+def test_the_cli_subcommands_answer_through_a_server_with_a_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = tmp_path / "tokens"
+    token.write_text("scheduler-cli-token-0123456789\n")
+    curve = ["curve", "--model", "llama3-8b", "--seq-len", "4096", "--counts", "4,8",
+             "--batch", "fixed-global", "--global-batch-tokens", str(4096 * 64), "--json"]  # fmt: skip
+    admit = ["admit", "--model", "llama3-8b", "--batch", "free", "--max-gpus", "8",
+             "--tokens", "1000000", "--deadline-unix", "1000"]  # fmt: skip
+    saved = dict(os.environ)  # the connection flags are exported to the environment
+    try:
+        assert cli_main(curve) == 0
+        local = json.loads(capsys.readouterr().out)
+        with running_server(auth_token_file=str(token)) as (port, _):
+            remote = ["--server", f"{LOOPBACK}:{port}", "--token-file", str(token)]
+            assert cli_main([*curve, *remote]) == 0
+            assert json.loads(capsys.readouterr().out) == local  # the same answer, same key
+            assert cli_main([*admit, *remote]) == 2  # bad input: one line naming the field
+            err = capsys.readouterr().err
+            assert "deadline_unix_s" in err and len(err.strip().splitlines()) == 1, err
+            os.environ.pop("MESHPLAN_TOKEN_FILE")
+            assert cli_main([*curve, "--server", f"{LOOPBACK}:{port}"]) == 1
+            assert "UNAUTHENTICATED" in capsys.readouterr().err
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _scrape(port: int) -> dict[str, float]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/metrics", timeout=5) as page:
+        lines = page.read().decode().splitlines()
+    return {
+        name: float(value)
+        for name, value in (x.rsplit(" ", 1) for x in lines if x and not x.startswith("#"))
+    }
+
+
+def test_a_query_counts_as_a_solve_for_limits_deadline_and_metrics(tmp_path: Path) -> None:
+    """One solver slot, one call per caller: caller A's 256-cell curve holds the slot, A's next
+    call is refused, caller B's plan waits its turn and runs once the curve's deadline has
+    stopped the curve's work; the metrics count the query like a solve, and a cache hit
+    without one."""
+    tokens = ("caller-a-token-0123456789", "caller-b-token-0123456789")
+    (tmp_path / "tokens").write_text("\n".join(tokens) + "\n")
+    settings = {
+        "max_concurrent_solves": 1,
+        "max_queued_solves": 4,
+        "max_calls_per_caller": 1,
+        "auth_token_file": str(tmp_path / "tokens"),
+        "metrics_port": 0,
+        "metrics_host": LOOPBACK,
+    }
+    small = CurveRequest.model_validate(CURVE)
+    with (
+        running_server(**settings) as (port, server),
+        PlannerClient(f"{LOOPBACK}:{port}", token=tokens[0]) as a,
+        PlannerClient(f"{LOOPBACK}:{port}", token=tokens[1]) as b,
+    ):
+        plan = PlanRequest.model_validate(
+            {"model": {"preset": "llama3-8b"}, "cluster": {"num_gpus": 8}}
+        )
+        outcome: list[BaseException] = []
+
+        def big_curve() -> None:
+            try:
+                a.scaling_curve(CurveRequest.model_validate(BIG), timeout=1.5)
+            except PlannerError as err:
+                outcome.append(err)
+
+        curve = threading.Thread(target=big_curve)
+        curve.start()
+        time.sleep(0.5)  # the curve holds the only slot, and A's only call
+        with pytest.raises(OverloadedError):
+            a.plan(plan, timeout=10)
+        started = time.monotonic()
+        assert b.plan(plan, timeout=20).config is not None  # queued behind the curve, then run
+        waited = time.monotonic() - started
+        curve.join(10)
+        assert [type(e) for e in outcome] == [DeadlineExceededError]
+        assert 0.5 < waited < 6.0, waited  # the curve's deadline (1.5 s) freed the slot
+        first = a.scaling_curve(small, timeout=120)  # computed once, then from the cache
+
+        async def again() -> CurveResult:  # the async client, with the token, the same answer
+            async with AsyncPlannerClient(f"{LOOPBACK}:{port}", token=tokens[0]) as c:
+                return await c.scaling_curve(small, timeout=120)
+
+        assert asyncio.run(again()) == first
+        m = _scrape(server.metrics_port)
+    assert m['meshplan_calls_total{code="DEADLINE_EXCEEDED",method="ScalingCurve"}'] == 1
+    assert m['meshplan_calls_total{code="OK",method="ScalingCurve"}'] == 2
+    assert m['meshplan_rejected_calls_total{method="Plan"}'] == 1
+    assert m['meshplan_solve_duration_seconds_count{method="ScalingCurve"}'] == 2  # no hit
+    assert m['meshplan_calls_total{code="OK",method="Plan"}'] == 1
+    assert m["meshplan_solves_in_flight"] == 0 and m["meshplan_solves_queued"] == 0
+
+
+@pytest.mark.parametrize(
+    "method", ["ScalingCurve", "Replan", "SmallestAllocation", "TrainingFront"]
+)
+def test_garbage_bytes_are_invalid_argument(port: int, method: str) -> None:
+    with grpc.insecure_channel(f"{LOOPBACK}:{port}") as channel:
+        call = channel.unary_unary(f"/meshplan.v1.Planner/{method}")
+        got, _ = _violation(lambda: call(b"\xff\xff\xff garbage", timeout=10))
+        assert got == "request"
+
+
+def test_a_long_name_is_refused_and_echoed_truncated(port: int) -> None:
+    msg = _message("ScalingCurve", CurveRequest.model_validate(CURVE))
+    msg.clusters[0].gpu = "g" * 5000
+    with raw_stub(port) as stub:
+        got, why = _violation(lambda: stub.ScalingCurve(msg, timeout=10))
+    assert got == "clusters[0].gpu" and "5,000 characters" in why and len(why) < 400, why

@@ -22,6 +22,7 @@ from meshplan.solver.results import Evaluation, PlanResult
 from meshplan.solver.schema import EvaluateRequest, PlanRequest
 from meshplan.tools.flags import add_server_flag
 from meshplan.tools.messages import one_line, shorten
+from meshplan.tools.remote import connect
 
 _SLACK_S = 10.0  # deadline beyond the solve's own time limit: model build, transport
 CSV_COLUMNS = [
@@ -152,7 +153,7 @@ def run_batch(args: argparse.Namespace) -> int:
     show = getattr(args, "progress", None)
     bar = Progress(len(reqs), enabled=sys.stderr.isatty() if show is None else show)
     failed = 0
-    with _open(output) as out, PlannerClient(servers) as client:
+    with _open(output) as out, connect(args, servers) as client:
         write = _writer(out, fmt, reqs)
         try:
             for item in _send(client, reqs, args):

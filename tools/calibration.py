@@ -24,6 +24,7 @@ from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.costmodel.constants import Constants
 from meshplan.solver.hardware import GIB, resolve_cluster
+from meshplan.solver.schema import ParallelConfig
 from meshplan.tools.calibration_data import (
     CATEGORIES,
     CONVERSIONS,
@@ -39,6 +40,7 @@ from meshplan.tools.calibration_data import (
     load_seed001,
     megatron_flops_per_token,
 )
+from meshplan.tools.calibration_knobs import candidates, setting
 
 __all__ = [
     "CATEGORIES",
@@ -83,19 +85,30 @@ class RunResult(_Strict):
     published_memory_gib: float | None = Field(description="Published peak memory (GiB).")
     predicted_memory_gib: float | None = Field(description="Predicted on the same basis (GiB).")
     memory_error: float | None = Field(description="predicted / published − 1 (< 0: under).")
+    config: ParallelConfig = Field(description="The layout scored: the published one, tuned.")
+    setting: dict[str, int | str] = Field(
+        description="The chosen values of the knobs the source does not state (empty if none)."
+    )
 
 
 # ---- scoring -------------------------------------------------------------------------------
 
 
 def evaluate_run(
-    run: CalibrationRun, constants: Constants | None = None, memory: bool = True
+    run: CalibrationRun,
+    constants: Constants | None = None,
+    memory: bool = True,
+    tune: bool = True,
 ) -> RunResult:
-    """Score one run with the cost model at its published layout (as Evaluate does)."""
+    """Score one run with the cost model at its published layout (as Evaluate does), its
+    unstated knobs at their fastest candidate setting (tools/calibration_knobs.py) unless
+    `tune` is off (then at the source's stated default)."""
     A, H = resolve_model(run.model), resolve_cluster(run.cluster)
     cm = CostModel(A, H, run.training, run.search, constants)
-    p = Point.from_config(run.config)
-    perf = cm.performance(p)
+    configs = candidates(run) if tune else (run.config,)
+    scored = [(cm.performance(Point.from_config(c)), c) for c in configs]
+    perf, config = max(scored, key=lambda x: x[0].tokens_per_s)
+    p = Point.from_config(config)
     flops = A.model_flops_per_token(run.training.seq_len)
     pub_mfu = run.tokens_per_s_per_gpu * flops / H.peak_bf16
     pred_tps = perf.tokens_per_s / p.lay.gpus
@@ -123,13 +136,18 @@ def evaluate_run(
         published_memory_gib=run.memory_gib,
         predicted_memory_gib=mem_pred,
         memory_error=mem_err,
+        config=config,
+        setting=setting(run, config),
     )
 
 
 def evaluate_runs(
-    runs: Iterable[CalibrationRun], constants: Constants | None = None, memory: bool = True
+    runs: Iterable[CalibrationRun],
+    constants: Constants | None = None,
+    memory: bool = True,
+    tune: bool = True,
 ) -> list[RunResult]:
-    return [evaluate_run(r, constants, memory) for r in runs]
+    return [evaluate_run(r, constants, memory, tune) for r in runs]
 
 
 class ErrorSummary(_Strict):

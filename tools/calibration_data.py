@@ -40,6 +40,7 @@ from meshplan.tools.calibration_runs import (
     SOURCES,
     CalibrationRun,
     Category,
+    Knob,
     _category,
     _gpt_flops_hfu,
     _gpt_flops_mfu,
@@ -110,14 +111,18 @@ def _run_from_published(rec: dict[str, Any]) -> CalibrationRun:
     if seqs is None:
         seqs = gpus
         used.append("one sequence per GPU")
+    unstated: list[Knob] = []
     local = par["micro_batch"]
     if local is None:
         local = 1
         used.append("micro-batch 1")
+        unstated.append("micro_batch_size")
     v = par["virtual_pipeline_stages"]
     if v == "interleaved":
-        v = 2
+        v = 2  # torchtitan @ 9dec370 pipelining_utils.generate_split_points: 2 stages per rank
         used.append("interleaved = 2 chunks per stage")
+    elif v is None and src == "narayanan2021" and pp > 2:
+        unstated.append("virtual_stages")  # the paper's interleaved schedule needs pp > 2
     v = v or 1
     if src == "torchtitan" and pp > 1:
         # 'local batch' per DP rank, split into pp micro-batches (torchtitan's default count)
@@ -202,6 +207,8 @@ def _run_from_published(rec: dict[str, Any]) -> CalibrationRun:
         memory_gib=mem,
         memory_basis="reserved" if mem is not None else None,
         assumptions=used,
+        unstated=tuple(unstated),
+        even_layers=megatron,  # Megatron-LM 2021-22: layers split evenly over pp·v
     )
 
 

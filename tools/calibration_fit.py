@@ -26,6 +26,7 @@ from meshplan.solver.costmodel.timing import Rates, dp_terms, objective_terms
 from meshplan.solver.hardware import resolve_cluster
 from meshplan.tools.calibration import RunResult, evaluate_runs, with_constants
 from meshplan.tools.calibration_data import CalibrationRun
+from meshplan.tools.calibration_knobs import candidates
 
 HUBER = 0.10  # pseudo-Huber scale of the log error: errors below ~10% count quadratically
 PRIOR_WEIGHT = 0.01  # residual weight of one logit unit (one sigma) from a constant's prior
@@ -96,25 +97,32 @@ def _from_unit(p: Param, x: float) -> float:
 class Prepared:
     run: CalibrationRun
     model: CostModel
-    point: Point
+    points: list[Point]  # the run's candidate settings (tools/calibration_knobs.py)
 
     def tokens_per_s_per_gpu(self, k: Constants) -> float:
-        """What evaluate_run predicts, without rebuilding the memory model."""
+        """What evaluate_run predicts (the fastest candidate), without rebuilding the memory
+        model."""
         ctx = replace(self.model.ctx, K=k)
         R = Rates(ctx)
-        p = self.point
-        t = sum(term.float_value(p) for term in objective_terms(ctx, R))
-        comm, credit = dp_terms(ctx, R, p.z)
-        t += max(0.0, sum(x.float_value(p) for x in comm) - sum(x.float_value(p) for x in credit))
-        return 1.0 / (t * p.lay.gpus)
+        terms = objective_terms(ctx, R)
+        best = 0.0
+        for p in self.points:
+            t = sum(term.float_value(p) for term in terms)
+            comm, credit = dp_terms(ctx, R, p.z)
+            t += max(
+                0.0, sum(x.float_value(p) for x in comm) - sum(x.float_value(p) for x in credit)
+            )
+            best = max(best, 1.0 / (t * p.lay.gpus))
+        return best
 
 
-def prepare(runs: Sequence[CalibrationRun]) -> list[Prepared]:
+def prepare(runs: Sequence[CalibrationRun], tune: bool = True) -> list[Prepared]:
     out = []
     for r in runs:
         A, H = resolve_model(r.model), resolve_cluster(r.cluster)
         cm = CostModel(A, H, r.training, r.search)
-        out.append(Prepared(r, cm, Point.from_config(r.config)))
+        configs = candidates(r) if tune else (r.config,)
+        out.append(Prepared(r, cm, [Point.from_config(c) for c in configs]))
     return out
 
 
@@ -143,10 +151,12 @@ def fit(
     params: Sequence[Param] = PARAMS,
     max_iter: int = 40,
     prep: Sequence[Prepared] | None = None,
+    tune: bool = True,
 ) -> FitResult:
-    """Levenberg-Marquardt from the priors `base` over `params` (see the module docstring)."""
+    """Levenberg-Marquardt from the priors `base` over `params` (see the module docstring);
+    `tune`: score each run at its fastest candidate setting of the knobs it does not state."""
     base = base or Constants()
-    prep = list(prep) if prep is not None else prepare(runs)
+    prep = list(prep) if prep is not None else prepare(runs, tune)
     sources = sorted({p.run.source for p in prep})
     n_src = {s: sum(p.run.source == s for p in prep) for s in sources}
     w = np.array([1.0 / math.sqrt(n_src[p.run.source] * len(sources)) for p in prep])
@@ -198,15 +208,17 @@ def fit(
 FitFn = Callable[[Sequence[CalibrationRun]], Constants]
 
 
-def _fit_constants(runs: Sequence[CalibrationRun], max_iter: int = 40) -> Constants:
-    return fit(runs, max_iter=max_iter).constants
+def _fit_constants(
+    runs: Sequence[CalibrationRun], max_iter: int = 40, tune: bool = True
+) -> Constants:
+    return fit(runs, max_iter=max_iter, tune=tune).constants
 
 
-def _fold(args: tuple[str, Sequence[CalibrationRun], FitFn]) -> list[RunResult]:
-    source, runs, fit_fn = args
+def _fold(args: tuple[str, Sequence[CalibrationRun], FitFn, bool]) -> list[RunResult]:
+    source, runs, fit_fn, tune = args
     train = [r for r in runs if r.source != source]
     test = [r for r in runs if r.source == source]
-    return evaluate_runs(test, fit_fn(train), memory=False)
+    return evaluate_runs(test, fit_fn(train), memory=False, tune=tune)
 
 
 def leave_one_source_out(
@@ -214,12 +226,13 @@ def leave_one_source_out(
     fit_fn: FitFn | None = None,
     jobs: int = 1,
     max_iter: int = 40,
+    tune: bool = True,
 ) -> list[RunResult]:
     """Each source scored by constants fitted on every other source (in the runs' order);
-    `fit_fn` (runs -> Constants) defaults to `fit` from the priors."""
-    fit_fn = fit_fn or partial(_fit_constants, max_iter=max_iter)
+    `fit_fn` (runs -> Constants) defaults to `fit` from the priors; `tune` as in `fit`."""
+    fit_fn = fit_fn or partial(_fit_constants, max_iter=max_iter, tune=tune)
     sources = list(dict.fromkeys(r.source for r in runs))
-    args = [(s, list(runs), fit_fn) for s in sources]
+    args = [(s, list(runs), fit_fn, tune) for s in sources]
     if jobs > 1 and len(sources) > 1:
         with ProcessPoolExecutor(min(jobs, len(sources))) as pool:
             folds = list(pool.map(_fold, args))

@@ -22,6 +22,7 @@ from meshplan.tools.calibration_runs import (
     DEFAULT_MEGATRON,
     FRAMEWORKS,
     CalibrationRun,
+    Knob,
     _category,
     _recompute,
     megatron_flops_per_token,
@@ -88,10 +89,12 @@ def _run_from_megatron(rec: dict[str, Any]) -> CalibrationRun:
     cp = par["cp"] or 1
     dp = par["dp"] or gpus // (tp * pp * cp)
     ep = par["ep"] or 1
+    unstated: list[Knob] = []
     b = par["micro_batch"]
     if b is None:
         b = 1
         used.append("micro-batch 1")
+        unstated.append("micro_batch_size")
     seqs = par["global_batch_seqs"]
     M = seqs // (dp * b)
     if dp * b * M != seqs or (par["grad_accum"] and par["grad_accum"] != M):
@@ -99,9 +102,13 @@ def _run_from_megatron(rec: dict[str, Any]) -> CalibrationRun:
     v = par["virtual_pipeline_stages"] or 1
     if par["virtual_pipeline_stages"] is None and pp > 1:
         used.append("no interleaving (Megatron's default: no virtual stages)")
+        if src == "mcore_r080":
+            unstated.append("virtual_stages")
     r = _recompute(par["recompute"], Recompute.NONE)
     if par["recompute"] is None:
         used.append("no recomputation")
+        if src != "dgxc2502":  # the DGX Cloud recipes' YAML sets no activation checkpointing
+            unstated.append("recompute")
     zero = 3 if par["fsdp"] else 1  # Megatron's distributed optimizer = ZeRO-1
     prec = (
         Precision.FP8 if rec["precision"] and "FP8" in rec["precision"].upper() else Precision.BF16
@@ -119,6 +126,9 @@ def _run_from_megatron(rec: dict[str, Any]) -> CalibrationRun:
         dp_comm_overlap=True,
         ep_comm_overlap=(ep > 1 and "overlap" in rid) if moe else None,
         ep_dispatch_dedup=("deepep" in (rid + (par["notes"] or "")).lower()) if moe else None,
+        # NeMo's distributed_fused_adam reduces gradients in bf16 (grad_sync_dtype: bf16 in
+        # NVIDIA/dgxc-benchmarking @ 0b71cfd llama3.1/llama3.1_*.yaml)
+        grad_reduce_in_bf16=src in ("nemo2407", "dgxc2502"),
     )
     config = ParallelConfig(
         tp=tp,
@@ -165,6 +175,8 @@ def _run_from_megatron(rec: dict[str, Any]) -> CalibrationRun:
         published=published,
         source_mfu=source_mfu,
         assumptions=used,
+        unstated=tuple(unstated),
+        even_layers=src == "mcore_r080",  # r0.8.0: layers divisible by pp (and by pp·v)
     )
 
 

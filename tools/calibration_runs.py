@@ -42,6 +42,7 @@ SOURCES = (
 )
 CATEGORIES = ("BF16-dense", "FP8-dense", "MoE")
 Category = Literal["BF16-dense", "FP8-dense", "MoE"]
+Knob = Literal["micro_batch_size", "virtual_stages", "recompute"]
 
 # The framework profile each source ran (MosaicML's llm-foundry is PyTorch FSDP FULL_SHARD with
 # activation checkpointing: the same recipe as torchtitan's FSDP).
@@ -89,6 +90,21 @@ class CalibrationRun(_Strict):
         description="allocated: tenants only; reserved: tenants plus fragmentation allowance.",
     )
     assumptions: list[str] = Field(default_factory=list, description="Defaults this run used.")
+    unstated: tuple[Knob, ...] = Field(
+        default=(),
+        description=(
+            "Knobs the source does not publish (micro_batch_size, virtual_stages, recompute): "
+            "the run is scored at the best setting of these its framework can run "
+            "(tools/calibration_knobs.py), the others kept as published."
+        ),
+    )
+    even_layers: bool = Field(
+        default=False,
+        description=(
+            "The framework version of the run splits layers evenly over pp (and pp·v): no "
+            "uneven pipeline layout (Megatron-LM before --pipeline-model-parallel-layout)."
+        ),
+    )
 
     @property
     def framework(self) -> Framework:

@@ -78,7 +78,9 @@ DEFAULTS = {
     "torchtitan": [
         "seq_len 8192 where not printed (train_config default at the benchmark commits)",
         "pipeline runs: 'local batch' split into pp micro-batches (pipeline_parallel_microbatches "
-        "defaults to the stage count); interleaved 1F1B = 2 chunks per stage",
+        "defaults to the stage count); interleaved 1F1B = 2 chunks per stage (torchtitan @ 9dec370 "
+        "parallelisms/pipelining_utils.py generate_split_points: 2 stages per rank when no "
+        "split points are given)",
         "ZeRO 3 (FSDP2), sequence parallelism whenever tp > 1; tp overlap in the async-TP runs "
         "(the 405B 3D/4D runs name AsyncTP)",
         "Float8 runs: FP8 matmul rate, BF16 state bytes (Float8Linear keeps no FP8 weights)",
@@ -101,14 +103,15 @@ DEFAULTS = {
         "DGX H100 (80 GB, 8 per node); FP8 hybrid recipe of Transformer Engine",
         "no recomputation, sequence parallelism and tp overlap with tp > 1, distributed optimizer "
         "with overlapped grad reduce / param gather (NeMo's performance recipes, e.g. "
-        "nemo/collections/llm/recipes/llama3_70b.py @ 8e3d65d: tp_comm_overlap=True)",
+        "nemo/collections/llm/recipes/llama3_70b.py @ 8e3d65d: tp_comm_overlap=True); gradients "
+        "reduced in bf16 (distributed_fused_adam grad_sync_dtype bf16, as the DGX Cloud recipes)",
         "GPT-3 shapes: vocabulary 51,200 (GPT-2 BPE padded), GELU, tied embeddings; Nemotron: "
         "squared-ReLU MLP (not gated), untied; Llama: SwiGLU, untied",
     ],
     "dgxc2502": [
         "recipes' YAML (NVIDIA/dgxc-benchmarking @ 0b71cfd): no activation checkpointing, "
         "sequence parallelism with tp > 1, distributed optimizer with overlap_grad_sync and "
-        "overlap_param_sync; ub_tp_comm_overlap on for GPT-3, Llama 3.1 405B, Nemotron-4 15B, "
+        "overlap_param_sync, grad_sync_dtype bf16; ub_tp_comm_overlap on for GPT-3, Llama 3.1 405B, Nemotron-4 15B, "
         "off for Grok-1 (and Llama 3.1 8B, tp 1)",
         "Grok-1: expert capacity factor 1.0 with padding (balanced experts), expert tensor "
         "parallel = tp (Megatron's default)",

@@ -414,9 +414,10 @@ def _call(a: argparse.Namespace, method: str, req: Any) -> Any:
         from meshplan.solver import scheduler
 
         return getattr(scheduler, method)(req)
-    from meshplan.client import InvalidRequestError, PlannerClient
+    from meshplan.client import InvalidRequestError
+    from meshplan.tools.remote import connect
 
-    with PlannerClient(a.server) as client:
+    with connect(a) as client:
         try:
             return getattr(client, method)(req, timeout=a.timeout)
         except InvalidRequestError as err:

@@ -7,7 +7,9 @@ micro-batch, global batch, ZeRO stage or its framework's name for it, recomputat
 parallelism, precision) and so is the model's shape, a catalog preset resolved. A plan the
 framework cannot express is refused: ValueError listing the framework's rules it breaks (the
 profiles of solver/profiles.py, which the planner obeys when the request names that framework).
-Names and values are those of the frameworks at the commits solver/profiles.py cites.
+Names and values are those of the frameworks at the commits solver/profiles.py cites. The
+overlaps the plan was timed with (the profile's defaults and the request's switches) are
+switched on in the framework's own flags (tools/export_overlaps.py).
 
     emit(kind, config, model, training, global_batch_tokens) -> str
     kind: "megatron", "torchtitan", "deepspeed", "kempnerforge", or None for the export of
@@ -22,6 +24,7 @@ from meshplan.solver.profiles import PROFILES, Profile, profile_of
 from meshplan.solver.rules import launcher_violations
 from meshplan.solver.schema import Framework, ModelSpec, ParallelConfig, TrainingSpec
 from meshplan.tools import export_formats as fmt
+from meshplan.tools import export_overlaps as overlaps
 from meshplan.tools import export_toml
 
 KINDS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed", "kempnerforge")
@@ -70,5 +73,7 @@ def emit(
 def _check(kind: str, prof: Profile, p: Point, A: Arch, training: TrainingSpec) -> None:
     bad = launcher_violations(p, A, training, prof)
     bad += fmt.shape_limits(kind, A)
+    if kind == "megatron":
+        bad += overlaps.megatron_conflicts(p.config(), A, training)
     if bad:
         raise ValueError(f"{kind} cannot express this plan: " + "; ".join(bad))

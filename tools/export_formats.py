@@ -10,6 +10,7 @@ import shlex
 from meshplan.solver.arch import Arch, resolve_model
 from meshplan.solver.profiles import Profile
 from meshplan.solver.schema import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
+from meshplan.tools import export_overlaps as overlaps
 
 
 def shape_limits(kind: str, A: Arch) -> list[str]:
@@ -125,12 +126,17 @@ def megatron(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profi
     if t.grad_reduce_in_bf16:
         args.append(("--grad-reduce-in-bf16", None))
     args.append(("--attention-backend", "flash" if t.fused_attention else "unfused"))
-    args += _megatron_model(A)
-    head = [f"# {summary(c, t, seqs, prof)}", "# Megatron-LM arguments for pretrain_gpt.py"]
-    return "\n".join(head + [_flags(args)]) + "\n"
+    overlap_args, notes = overlaps.megatron(c, A, t)
+    args += overlap_args
+    deepep = ("--moe-enable-deepep", None) in overlap_args
+    args += _megatron_model(A, dispatcher=None if deepep else "alltoall")
+    head = [summary(c, t, seqs, prof), "Megatron-LM arguments for pretrain_gpt.py"]
+    head += [overlaps.describe(c, A, t), *overlaps.note_lines(notes)]
+    return "\n".join([f"# {h}" for h in head] + [_flags(args)]) + "\n"
 
 
-def _megatron_model(A: Arch) -> list[tuple[str, object]]:
+def _megatron_model(A: Arch, dispatcher: str | None) -> list[tuple[str, object]]:
+    """The model's shape; `dispatcher`: the MoE token dispatcher (None: set elsewhere)."""
     out: list[tuple[str, object]] = [
         ("--num-layers", A.L),
         ("--hidden-size", A.h),
@@ -157,8 +163,9 @@ def _megatron_model(A: Arch) -> list[tuple[str, object]]:
             ("--moe-router-topk", A.top_k),
             ("--moe-ffn-hidden-size", A.fe),
             ("--moe-grouped-gemm", None),
-            ("--moe-token-dispatcher-type", "alltoall"),
         ]
+        if dispatcher:
+            out.append(("--moe-token-dispatcher-type", dispatcher))
         if A.shared:  # one shared MLP of the summed width
             out.append(("--moe-shared-expert-intermediate-size", A.shared * A.fe))
         if A.n_dense:
@@ -218,13 +225,15 @@ def deepspeed(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Prof
     if t.fused_attention:
         args.append(("--use-flash-attn-v2", None))
     args += [("--bf16", None), ("--deepspeed", None), ("--deepspeed_config", "ds_config.json")]
+    overlap_comm, notes = overlaps.deepspeed(c, A, t)
     cfg: dict[str, object] = {
         "_meshplan": summary(c, t, seqs, prof),
+        "_overlaps": [overlaps.describe(c, A, t), *overlaps.note_lines(notes)],
         "_megatron_deepspeed": "pretrain_gpt.py " + " ".join(_flags(args).split(" \\\n")),
         "train_batch_size": seqs,  # sequences over dp replicas
         "train_micro_batch_size_per_gpu": c.micro_batch_size,
         "gradient_accumulation_steps": c.num_microbatches,
-        "zero_optimization": {"stage": c.zero_stage},
+        "zero_optimization": {"stage": c.zero_stage, "overlap_comm": overlap_comm},
         "bf16": {"enabled": True},
     }
     return json.dumps(cfg, indent=2) + "\n"

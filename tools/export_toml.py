@@ -8,6 +8,7 @@ import json
 from meshplan.solver.arch import Arch
 from meshplan.solver.profiles import Profile
 from meshplan.solver.schema import ParallelConfig, Precision, Recompute, TrainingSpec
+from meshplan.tools import export_overlaps as overlaps
 from meshplan.tools.export_formats import catalog_twin, chunk_sizes, summary
 
 # torchtitan model flavors with a catalog twin (torchtitan/models/*/__init__.py at e347b1e5e).
@@ -41,6 +42,8 @@ def _toml(header: list[str], sections: dict[str, dict[str, object]]) -> str:
 
 def torchtitan(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profile) -> str:
     header = [summary(c, t, seqs, prof), "torchtitan job config (TOML)"]
+    overlap_par, overlap_sections, notes = overlaps.torchtitan(c, A, t)
+    header += [overlaps.describe(c, A, t), *overlaps.note_lines(notes)]
     model: dict[str, object] = {}
     twin = catalog_twin(A)
     if twin in TORCHTITAN_FLAVORS:
@@ -64,6 +67,7 @@ def torchtitan(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Pro
     }
     if A.is_moe:
         par["expert_tensor_parallel_degree"] = c.etp
+    par |= overlap_par
     if c.pp > 1:
         par["pipeline_parallel_schedule"] = "Interleaved1F1B" if c.virtual_stages > 1 else "1F1B"
         par["pipeline_parallel_microbatch_size"] = c.micro_batch_size
@@ -92,6 +96,7 @@ def torchtitan(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Pro
         "mixed_precision_param": "bfloat16",
     }
     sections["activation_checkpoint"] = ac
+    sections |= overlap_sections
     if t.precision is Precision.FP8:
         sections["quantize.linear.float8"] = {
             "recipe_name": "tensorwise",
@@ -144,4 +149,6 @@ def kempnerforge(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: P
             "mixed_precision": "fp8" if t.precision is Precision.FP8 else "bf16",
         },
     }
-    return _toml([summary(c, t, seqs, prof), "KempnerForge job config (TOML)"], sections)
+    header = [summary(c, t, seqs, prof), "KempnerForge job config (TOML)"]
+    header += [overlaps.describe(c, A, t), *overlaps.note_lines(overlaps.kempnerforge(c, A, t))]
+    return _toml(header, sections)

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from meshplan.tools.messages import shorten
+from meshplan.tools.remote import add_connection_flags
 
 PINS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches")
 PRECISIONS = ("BF16", "FP8")
@@ -254,10 +255,12 @@ def add_memory_pins(p: argparse.ArgumentParser, evaluate: bool) -> None:
 
 
 def add_server_flag(p: argparse.ArgumentParser, what: str, required: bool = False) -> None:
-    """--server HOST:PORT[,HOST:PORT...] (the connection flags of a remote call go here too)."""
+    """--server HOST:PORT[,HOST:PORT...] and the connection flags of a remote call (TLS, mTLS,
+    the bearer token: tools/remote.py)."""
     p.add_argument(
         "--server",
         metavar="HOST:PORT[,...]",
         required=required,
         help=f"{what}; several targets are balanced round-robin",
     )
+    add_connection_flags(p)

@@ -23,7 +23,8 @@ MAX_CELLS = 4096  # cells per query (GPU types x counts)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Every number finite: an infinite deadline or price has no answer (and no cache key).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class BatchPolicyKind(str, Enum):

@@ -1,0 +1,278 @@
+"""The soak benchmark's fuzz phase: the property tests' generated instances (tests/
+test_oracle_property.py), the same with one field set to an extreme value, evaluations of random
+layouts, small batches, scheduler queries built from the same instances (some with an extreme
+field), and garbage bytes, each sent raw to a method of meshplan.v1.Planner; then the server's
+log says how long it took over each call."""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from benchmarks.common import Summary
+
+if TYPE_CHECKING:
+    from benchmarks.soak import Server
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAN, EVALUATE, BATCH, CATALOG = "Plan", "Evaluate", "PlanBatch", "ListCatalog"
+CURVE, REPLAN, ADMIT, FRONT = "ScalingCurve", "Replan", "SmallestAllocation", "TrainingFront"
+SCHEDULER = (CURVE, REPLAN, ADMIT, FRONT)
+FUZZ_THREADS = 32  # concurrent fuzzing callers, each with its own token
+LATE_S = 0.100  # a call the server ends later than its deadline + this is late
+
+_INTS = [0, -1, 1, 7, 2**31 - 1, -(2**31)]
+_INT64S = [*_INTS, 2**63 - 1, -(2**63)]
+_FLOATS = [0.0, -1.0, 1e-300, 1e300, math.nan, math.inf, -math.inf, 0.099]
+_STRINGS = ["", "x" * 300, "\x00", "é" * 40, "llama3-8b", "h100-sxm-80gb", "no-such-name"]
+
+
+@dataclass(frozen=True)
+class FuzzCall:
+    """One raw call: the method, the request bytes, the deadline (s) and what kind it is."""
+
+    method: str
+    body: bytes
+    deadline_s: float
+    kind: str
+
+
+def property_instances(count: int) -> list[Any]:
+    """`count` PlanRequests drawn by the property test's Hypothesis strategy (deterministic)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from hypothesis import HealthCheck, Phase, given, settings
+    from test_oracle_property import instances
+
+    out: list[Any] = []
+
+    @settings(
+        max_examples=count,
+        database=None,
+        deadline=None,
+        derandomize=True,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(instances())
+    def collect(req: Any) -> None:
+        out.append(req)
+
+    collect()
+    return out
+
+
+def _set_extreme(msg: Message, rng: random.Random) -> None:
+    """Set one random scalar field, at any depth, to an extreme or odd value."""
+    fields = [f for f in msg.DESCRIPTOR.fields if not f.is_repeated]
+    field = rng.choice(fields)
+    if field.message_type is not None:
+        _set_extreme(getattr(msg, field.name), rng)
+        return
+    if field.enum_type is not None:
+        setattr(msg, field.name, rng.choice([0, 1, 2, 3, 57, 99]))  # 57, 99: unknown numbers
+    elif field.type == FieldDescriptor.TYPE_BOOL:
+        setattr(msg, field.name, not getattr(msg, field.name))
+    elif field.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        setattr(msg, field.name, rng.choice(_FLOATS))
+    elif field.type == FieldDescriptor.TYPE_STRING:
+        setattr(msg, field.name, rng.choice(_STRINGS))
+    elif field.type == FieldDescriptor.TYPE_INT64:
+        setattr(msg, field.name, rng.choice(_INT64S))
+    else:
+        setattr(msg, field.name, rng.choice(_INTS))
+
+
+def _garbage(rng: random.Random, valid: bytes) -> bytes:
+    roll = rng.random()
+    if roll < 0.4:
+        return rng.randbytes(rng.randint(0, 2000))
+    if roll < 0.7 and valid:
+        return valid[: rng.randint(0, len(valid) - 1)]  # cut short
+    flipped = bytearray(valid or b"\x00")
+    for _ in range(rng.randint(1, 8)):
+        i = rng.randrange(len(flipped))
+        flipped[i] ^= 1 << rng.randrange(8)
+    return bytes(flipped)
+
+
+def scheduler_message(method: str, base: Message, rng: random.Random) -> Message:
+    """A scheduler query over the model, GPU and training of plan request `base`: a small grid
+    around its GPU count, a batch policy, and (Replan) a random running layout."""
+    from meshplan.v1 import scheduler_pb2
+
+    n = max(base.cluster.num_gpus, 1)
+    cls = {
+        CURVE: scheduler_pb2.ScalingCurveRequest,
+        REPLAN: scheduler_pb2.ReplanRequest,
+        ADMIT: scheduler_pb2.SmallestAllocationRequest,
+        FRONT: scheduler_pb2.TrainingFrontRequest,
+    }[method]
+    msg = cls()
+    msg.model.CopyFrom(base.model)
+    msg.training.CopyFrom(base.training)
+    msg.options.cell_time_limit_s = rng.choice([0.05, 0.2, 1.0])
+    kind = rng.choice(["FIXED_GLOBAL", "FIXED_PER_REPLICA", "FREE"])
+    msg.batch.kind = scheduler_pb2.BatchPolicyKind.Value(f"BATCH_POLICY_KIND_{kind}")
+    seq = base.training.seq_len or 4096
+    if kind == "FIXED_GLOBAL":
+        msg.batch.global_batch_tokens = seq * rng.choice([8, 64, 512])
+    elif kind == "FIXED_PER_REPLICA":
+        msg.batch.per_replica_batch_tokens = seq * rng.choice([1, 4])
+    if method == REPLAN:
+        msg.cluster.CopyFrom(base.cluster)
+        for name in ("tp", "pp", "dp", "micro_batch_size", "num_microbatches"):
+            setattr(msg.config, name, rng.choice([1, 1, 2, 4, 8, 3, 0]))
+        msg.event.delta_nodes = rng.choice([-1, 1, -2])
+        msg.compatibility = scheduler_pb2.CompatibilityLevel.Value(
+            rng.choice(["COMPATIBILITY_LEVEL_SAME_MODEL_PARALLEL", "COMPATIBILITY_LEVEL_FREE"])
+        )
+        return msg
+    template = msg.clusters.add()
+    template.gpu = base.cluster.gpu or "h100-sxm-80gb"
+    if base.cluster.HasField("gpus_per_node"):
+        template.gpus_per_node = base.cluster.gpus_per_node
+    msg.grid.counts.extend(sorted({max(n // 2, 1), n}))
+    if method == ADMIT:
+        template.max_gpus = n
+        msg.work.tokens = rng.choice([10**9, 10**12])
+        msg.deadline_s = rng.choice([3600.0, 86400.0 * 30])
+    elif method == FRONT:
+        template.price_per_gpu_hour = 2.0
+        msg.token_budget = 10**11
+    return msg
+
+
+def fuzz_calls(count: int, seed: int = 0, max_deadline_s: float = 1.0) -> list[FuzzCall]:
+    """`count` raw calls: 40% generated plans, 20% with one extreme field, 10% evaluations of a
+    random layout, 5% batches, 5% scheduler queries (a third with an extreme field), 20% garbage
+    (to any method); each with a deadline of 0.05..max_deadline_s."""
+    from meshplan.client.sync import plan_message
+    from meshplan.v1 import planner_pb2
+
+    rng = random.Random(seed)
+    pool = [plan_message(r) for r in property_instances(min(count, 2000))]
+    for msg in pool:  # the server's cap applies; small limits keep the generated plans quick
+        msg.options.time_limit_s = rng.choice([0.05, 0.2, 1.0])
+    out: list[FuzzCall] = []
+    for _ in range(count):
+        roll, base = rng.random(), rng.choice(pool)
+        deadline = rng.uniform(0.05, max_deadline_s)
+        if roll < 0.40:
+            out.append(FuzzCall(PLAN, base.SerializeToString(), deadline, "generated"))
+        elif roll < 0.60:
+            msg = planner_pb2.PlanRequest()
+            msg.CopyFrom(base)
+            for _ in range(rng.randint(1, 3)):
+                _set_extreme(msg, rng)
+            out.append(FuzzCall(PLAN, msg.SerializeToString(), deadline, "extreme"))
+        elif roll < 0.70:
+            ev = planner_pb2.EvaluateRequest(
+                model=base.model, cluster=base.cluster, training=base.training
+            )
+            for name in ("tp", "pp", "dp", "micro_batch_size", "num_microbatches"):
+                setattr(ev.config, name, rng.choice([1, 1, 2, 4, 8, 3, 2**31 - 1, 0, -4]))
+            if rng.random() < 0.3:
+                _set_extreme(ev, rng)
+            out.append(FuzzCall(EVALUATE, ev.SerializeToString(), deadline, "evaluate"))
+        elif roll < 0.75:
+            items = [rng.choice(pool) for _ in range(rng.randint(1, 6))]
+            batch = planner_pb2.PlanBatchRequest(requests=items)
+            if rng.random() < 0.5:
+                _set_extreme(batch.requests[0], rng)
+            out.append(FuzzCall(BATCH, batch.SerializeToString(), deadline, "batch"))
+        elif roll < 0.80:
+            method = rng.choice(SCHEDULER)
+            query = scheduler_message(method, base, rng)
+            if rng.random() < 0.33:
+                _set_extreme(query, rng)
+            out.append(FuzzCall(method, query.SerializeToString(), deadline, "scheduler"))
+        else:
+            method = rng.choice([PLAN, PLAN, EVALUATE, BATCH, CATALOG, rng.choice(SCHEDULER)])
+            out.append(
+                FuzzCall(method, _garbage(rng, base.SerializeToString()), deadline, "garbage")
+            )
+    return out
+
+
+def _fuzz_one(channel: Any, call: FuzzCall, index: int, token: str) -> tuple[str, int, float]:
+    """(status, INTERNAL batch items, client-side seconds) of one raw call."""
+    import grpc
+
+    from meshplan.v1 import planner_pb2
+
+    path = f"/meshplan.v1.Planner/{call.method}"
+    metadata = (("authorization", f"Bearer {token}"), ("x-request-id", f"fz-{index}"))
+    t0 = time.perf_counter()
+    internal_items = 0
+    try:
+        if call.method == BATCH:
+            for raw in channel.unary_stream(path)(
+                call.body, timeout=call.deadline_s, metadata=metadata
+            ):
+                answer = planner_pb2.PlanBatchResponse.FromString(raw)
+                internal_items += (
+                    answer.WhichOneof("outcome") == "error" and answer.error.code == "INTERNAL"
+                )
+        else:
+            channel.unary_unary(path)(call.body, timeout=call.deadline_s, metadata=metadata)
+        status = "OK"
+    except grpc.RpcError as err:
+        status = err.code().name
+    return status, internal_items, time.perf_counter() - t0
+
+
+def fuzz_phase(server: Server, tokens: list[str], count: int) -> dict[str, Any]:
+    import grpc
+
+    calls = fuzz_calls(count)
+    channels = [grpc.insecure_channel(server.target) for _ in range(FUZZ_THREADS)]
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(FUZZ_THREADS) as pool:
+        futures = [
+            pool.submit(_fuzz_one, channels[i % FUZZ_THREADS], c, i, tokens[i % len(tokens)])
+            for i, c in enumerate(calls)
+        ]
+        outcomes = [f.result() for f in futures]
+    wall = time.monotonic() - t0
+    for ch in channels:
+        ch.close()
+    by_id = {line.get("request_id"): line for line in server.lines() if line.get("method")}
+    late, logged, internal_lines = [], 0, 0
+    for i, call in enumerate(calls):
+        line = by_id.get(f"fz-{i}")
+        if line is None:
+            continue  # refused by gRPC itself (e.g. a message over the size cap)
+        logged += 1
+        if line.get("call_s", 0.0) > call.deadline_s + LATE_S:
+            late.append(
+                {
+                    "index": i,
+                    "deadline_s": call.deadline_s,
+                    "call_s": line["call_s"],
+                    "kind": call.kind,
+                }
+            )
+    internal_lines = sum(1 for line in server.lines() if line.get("status") == "INTERNAL")
+    return {
+        "calls": len(calls),
+        "seconds": wall,
+        "codes": dict(Counter(status for status, _, _ in outcomes)),
+        "kinds": dict(Counter(c.kind for c in calls)),
+        "internal": sum(s == "INTERNAL" for s, _, _ in outcomes),
+        "internal_items": sum(items for _, items, _ in outcomes),
+        "internal_log_lines": internal_lines,
+        "logged": logged,
+        "late": late[:20],
+        "late_count": len(late),
+        "client_s": Summary.of([s for _, _, s in outcomes]).__dict__,
+    }

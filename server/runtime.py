@@ -1,0 +1,282 @@
+"""What every meshplan call goes through, whatever its service: the call's id, caller and
+deadline; draining; admission; fair solver slots; the solve runner; the one log line, the
+metrics, and the mapping of every failure to a status (an unexpected exception is INTERNAL with
+the request id, logged in one line, its text never sent to the caller).
+
+Servicers (the Planner's, and any other meshplan service) hold one Runtime and call
+`unary(...)` / `stream(...)` with a body, and `solve(call, fn, ...)` inside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any, TypeVar
+
+import grpc
+
+from meshplan.server.auth import caller_of
+from meshplan.server.dispatch import SolveRunner, ThreadRunner
+from meshplan.server.limits import (
+    REQUEST_ID_KEY,
+    Admission,
+    CallState,
+    FairSlots,
+    RpcFailure,
+    request_id,
+)
+from meshplan.server.logs import FIELDS
+from meshplan.server.metrics import Metrics
+from meshplan.server.settings import Settings
+from meshplan.server.validate import bad_request_status, shorten
+
+log = logging.getLogger("meshplan.server")
+T = TypeVar("T")
+
+Body = Callable[[Any, CallState], Awaitable[Any]]
+StreamBody = Callable[[Any, CallState], AsyncIterator[Any]]
+
+
+class Runtime:
+    """Shared by the servicers of one server; lives on the server's event loop."""
+
+    def __init__(
+        self, settings: Settings, metrics: Metrics, runner: SolveRunner | None = None
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.runner = runner or ThreadRunner(settings.max_concurrent_solves)
+        self.admission = Admission(
+            total=settings.max_concurrent_solves + settings.max_queued_solves,
+            per_caller=settings.max_calls_per_caller,
+            batch_per_caller=settings.max_batch_requests_per_caller,
+        )
+        self.slots = FairSlots(settings.max_concurrent_solves, settings.solves_per_caller)
+        self.draining = False
+        self.idle = asyncio.Event()  # set whenever no admitted call is in progress
+        self.idle.set()
+
+    # --- one call ---------------------------------------------------------------------------
+
+    def open_call(self, method: str, context: grpc.aio.ServicerContext) -> CallState:
+        """The call's id (echoed in the trailers), caller, deadline (capped) and stop event."""
+        metadata = context.invocation_metadata()
+        remaining = context.time_remaining()
+        limit = self.settings.max_deadline_s
+        call = CallState(
+            method=method,
+            request_id=request_id(metadata),
+            caller=caller_of(metadata, context.peer()),
+            deadline=time.monotonic() + (limit if remaining is None else min(remaining, limit)),
+        )
+        context.add_done_callback(lambda _: call.stop.set())  # cancelled, or ended
+        # Trailing, not initial, metadata: response headers would commit the call and stop the
+        # client's retry policy from moving it to another replica if this one dies mid-solve.
+        context.set_trailing_metadata(((REQUEST_ID_KEY, call.request_id),))
+        return call
+
+    def close_call(self, call: CallState, status: str, error: BaseException | None = None) -> None:
+        """The call's one log line and its metrics."""
+        elapsed = time.monotonic() - call.started
+        m = self.metrics
+        m.calls.labels(call.method, status).inc()
+        m.call_seconds.labels(call.method).observe(elapsed)
+        if status == "RESOURCE_EXHAUSTED":
+            m.rejected.labels(call.method).inc()
+        fields: dict[str, Any] = {
+            "method": call.method,
+            "request_id": call.request_id,
+            "caller": call.caller,
+            "status": status,
+            "solve_s": round(call.solve_s, 3),
+            "call_s": round(elapsed, 3),
+        }
+        if error is not None:
+            frame = traceback.extract_tb(error.__traceback__)[-1:] if error.__traceback__ else []
+            where = f" at {frame[0].filename}:{frame[0].lineno}" if frame else ""
+            fields["error"] = shorten(f"{type(error).__name__}: {error}{where}", 300)
+            log.debug("request_id=%s", call.request_id, exc_info=error)
+        log.log(
+            logging.ERROR if error is not None else logging.INFO,
+            "method=%s request_id=%s status=%s",
+            call.method,
+            call.request_id,
+            status,
+            extra={FIELDS: fields},
+        )
+
+    def refused(self, method: str, peer: str) -> None:
+        """Log and count a call refused before it was parsed (no valid token)."""
+        name = method.rsplit("/", 1)[-1]
+        self.metrics.calls.labels(name, "UNAUTHENTICATED").inc()
+        fields = {"method": name, "status": "UNAUTHENTICATED", "peer": peer}
+        log.info("method=%s status=UNAUTHENTICATED", name, extra={FIELDS: fields})
+
+    async def unary(
+        self,
+        method: str,
+        context: grpc.aio.ServicerContext,
+        request: Any,
+        body: Body,
+        *,
+        admit: bool = True,
+        batch_requests: int = 0,
+    ) -> Any:
+        """Run `body(request, call)` for a unary call under every limit; failures -> status."""
+        call = self.open_call(method, context)
+        status, error, failure = "OK", None, None
+        try:
+            with ExitStack() as held:
+                if admit:
+                    held.enter_context(self._admitted(call, batch_requests))
+                elif self.draining:  # a call that needs no ticket is still a new call
+                    raise _shutting_down()
+                # answered just before the caller gives up, so both see DEADLINE_EXCEEDED
+                margin = self.settings.deadline_margin_s
+                async with asyncio.timeout(max(call.remaining() - margin, 0)):
+                    return await body(request, call)
+        except RpcFailure as err:
+            failure = err
+        except TimeoutError:
+            failure = RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed")
+        except asyncio.CancelledError:
+            status = "CANCELLED"
+            raise
+        except Exception as err:  # a bug: INTERNAL, logged in one line, no text to the caller
+            error = err
+            failure = internal(call)
+        finally:
+            call.stop.set()
+            if failure is not None:
+                status = failure.code.name
+            self.close_call(call, status, error)
+        await self.abort(context, call, failure)
+
+    async def stream(
+        self,
+        method: str,
+        context: grpc.aio.ServicerContext,
+        request: Any,
+        body: StreamBody,
+        *,
+        batch_requests: Callable[[Any], int] = lambda _: 0,
+    ) -> AsyncIterator[Any]:
+        """Stream `body(request, call)`'s answers under every limit (the body keeps to the
+        call's deadline itself: a timeout cannot span the yields of a generator)."""
+        call = self.open_call(method, context)
+        status, error, failure = "OK", None, None
+        try:
+            with self._admitted(call, batch_requests(request)):
+                async for item in body(request, call):
+                    yield item
+        except RpcFailure as err:
+            failure = err
+        except (asyncio.CancelledError, GeneratorExit):
+            status = "CANCELLED"
+            raise
+        except Exception as err:
+            error = err
+            failure = internal(call)
+        finally:
+            call.stop.set()
+            if failure is not None:
+                status = failure.code.name
+            self.close_call(call, status, error)
+        await self.abort(context, call, failure)
+
+    @contextmanager
+    def _admitted(self, call: CallState, batch_requests: int) -> Iterator[None]:
+        """Hold an admission ticket (UNAVAILABLE while draining, RESOURCE_EXHAUSTED if full)."""
+        if self.draining:
+            raise _shutting_down()
+        try:
+            with self.admission.admit(call.caller, batch_requests):
+                self.idle.clear()
+                self.metrics.calls_in_progress.set(self.admission.in_progress)
+                yield
+        finally:
+            self.metrics.calls_in_progress.set(self.admission.in_progress)
+            if self.admission.in_progress == 0:
+                self.idle.set()
+
+    async def abort(
+        self, context: grpc.aio.ServicerContext, call: CallState, failure: RpcFailure | None
+    ) -> None:
+        """End the call with `failure`'s status (field violations as google.rpc.BadRequest)."""
+        if failure is None:
+            return
+        request = ((REQUEST_ID_KEY, call.request_id),)
+        message = shorten(failure.message, 1000)
+        if failure.violations:
+            status = bad_request_status(failure.violations, message)
+            await context.abort(
+                status.code, status.details, tuple(status.trailing_metadata) + request
+            )
+        await context.abort(failure.code, message, request)
+
+    # --- solves -----------------------------------------------------------------------------
+
+    async def solve(self, call: CallState, method: str, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args) on a solver slot, after the call's fair turn. If the call ends first
+        (cancelled, or its deadline), its stop event is set and it ends at once; the slot is
+        handed on when the solve has really returned."""
+        m = self.metrics
+        m.solves_queued.inc()
+        try:
+            await self.slots.acquire(call.caller)
+        finally:
+            m.solves_queued.dec()
+        m.solves_in_flight.inc()
+        started = time.monotonic()
+
+        def finished(_: object) -> None:
+            took = time.monotonic() - started
+            m.solve_seconds.labels(method).observe(took)
+            m.solves_in_flight.dec()
+            self.slots.release(call.caller)
+
+        try:
+            future = self.runner.start(fn, *args, stop=call.stop)
+        except BaseException:
+            finished(None)
+            raise
+        future.add_done_callback(finished)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            call.stop.set()  # the solver polls it (and tells CP-SAT to stop)
+            future.add_done_callback(_retrieve)  # its outcome is moot now
+            raise
+        finally:
+            call.solve_s += time.monotonic() - started
+
+    async def drain(self, grace_s: float) -> bool:
+        """Refuse new calls; wait up to `grace_s` for the admitted ones. True if all finished."""
+        self.draining = True
+        try:
+            await asyncio.wait_for(self.idle.wait(), grace_s)
+        except TimeoutError:
+            return False
+        return True
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # marked retrieved: no "exception was never retrieved" warning
+
+
+def _shutting_down() -> RpcFailure:
+    """UNAVAILABLE while draining: the client's retry policy moves the call to another replica."""
+    return RpcFailure(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+
+
+def internal(call: CallState) -> RpcFailure:
+    """INTERNAL for an unexpected exception: the caller gets the request id, the log the rest."""
+    return RpcFailure(
+        grpc.StatusCode.INTERNAL,
+        f"internal error; the server logged it under request id {call.request_id}",
+    )
