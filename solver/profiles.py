@@ -81,6 +81,9 @@ class Recipe:
     extra_weights: int = 0  # bytes of the embedding and output weights when not `weights`
     activations: str = "seed002"  # stored-activation form (costmodel/memory.py)
     tp_exposed: bool = False  # tp collectives never overlap compute (else the fitted eps_tp)
+    gather_transient: int = 0  # ZeRO-3: per parameter of one unit beyond its gathered copies
+    pipelined_reduce: int = 0  # pp > 1: per parameter of one unit at the step's one reduction
+    pipeline_buffers: bool = False  # pp > 1: a receive buffer per micro-batch and chunk
 
 
 @dataclass(frozen=True)
@@ -235,7 +238,23 @@ MEGATRON = Profile(
 # memory (and traffic) of ZeRO-1. The loss is F.cross_entropy(pred.float()) (components/loss.py):
 # bf16 logits, their fp32 copy and log-softmax, then fp32 gradients: 12 bytes an element, split
 # over tp by loss parallelism. Float8 (torchao) converts the matmuls only.
-_TORCHTITAN = Recipe(2, 4, 12, activations="torchtitan", sharded_master_only=True)
+# FSDP2's transients (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py post_backward and
+# _fsdp_collectives.py foreach_reduce @ pytorch 62a45b6): a unit's bf16 gradients live until they
+# are copied into the fp32 reduce-scatter input, and a prefetched unit's flat all-gather output
+# until it is copied out into its parameters: 2 + 2 bytes beyond the gathered copies and the fp32
+# reduce-scatter input at ZeRO-3; under pipelining the last micro-batch's reduction holds 2 + 4.
+# torch.distributed.pipelining allocates a receive buffer per micro-batch and stage
+# (torch/distributed/pipelining/stage.py _prepare_backward_infra @ pytorch 88fa1e7).
+_TORCHTITAN = Recipe(
+    2,
+    4,
+    12,
+    activations="torchtitan",
+    sharded_master_only=True,
+    gather_transient=4,
+    pipelined_reduce=6,
+    pipeline_buffers=True,
+)
 
 TORCHTITAN = Profile(
     framework=Framework.TORCHTITAN,

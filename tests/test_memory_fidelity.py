@@ -16,12 +16,8 @@ from meshplan.tools.calibration import evaluate_runs, load_all
 RESULTS = {r.id: r for r in evaluate_runs([r for r in load_all() if r.memory_gib is not None])}
 # torchtitan's Llama 3.1 405B pipeline runs (Dec 2024) publish 72.7-84.9 GiB for layouts whose
 # tenants are the same per GPU (the interleaved, 1F1B and cp 1/2/4/8 runs): no per-GPU model
-# puts all six within 3% under. These are the runs the target misses, with the bound they keep.
-UNDER_BEYOND_TARGET = {
-    "torchtitan_2412_llama31_405B_t6_4d_cp8_256k": -0.09,
-    "torchtitan_2412_llama31_405B_t5_3d_1f1b": -0.06,
-    "torchtitan_2412_llama31_8B_t3_fsdp_128gpu": -0.035,
-}
+# puts all six within 3% under. The run the target misses, with the bound it keeps.
+UNDER_BEYOND_TARGET = {"torchtitan_2412_llama31_405B_t6_4d_cp8_256k": -0.05}
 
 
 @pytest.mark.parametrize("source", ["torchtitan", "seed001"])
@@ -40,5 +36,5 @@ def test_never_under_predicted_by_more_than_3_percent(run_id: str) -> None:
 def test_the_pipeline_runs_need_unsharded_fp32_gradients() -> None:
     # FSDP2 under pipelining keeps weights gathered and accumulates fp32 gradients unsharded
     # (solver/profiles.py TORCHTITAN): without that, the 405B runs came out 20-31% under.
-    r = RESULTS["torchtitan_2412_llama31_405B_t6_4d_cp1_32k"]
-    assert abs(r.memory_error) < 0.05
+    r = RESULTS["torchtitan_2412_llama31_405B_t5_3d_1f1b"]
+    assert abs(r.memory_error) < 0.03

@@ -205,6 +205,35 @@ def test_fused_attention_stores_no_scores() -> None:
     assert extra == pytest.approx(5 * 32 * 8192 * 8192 * 32, rel=0.01)
 
 
+def _titan(framework: str, **cfg: object) -> object:
+    base = {"model": {"preset": "llama3-70b"}, "cluster": {"num_gpus": 256}}
+    training = {"seq_len": 8192, "framework": framework}
+    return evaluate(eval_req(**base, training=training, config=cfg)).memory
+
+
+def test_fsdp2_transients_of_one_unit() -> None:
+    # FSDP2 (torchtitan) holds a unit's bf16 gradients and flat all-gather output beyond the
+    # gathered copies at ZeRO-3 (4 B per parameter of one layer), and under pipelining its one
+    # reduction's bf16 gradients and fp32 reduce-scatter input (6 B); Megatron has neither.
+    layer = 856_000_000 / 8  # llama3-70b: parameters of one layer over tp 8 (about)
+    z3 = {"tp": 8, "pp": 1, "dp": 32, "micro_batch_size": 1, "num_microbatches": 4}
+    z3 |= {"zero_stage": 3, "recompute": "FULL"}
+    titan = _titan("TORCHTITAN", **z3)
+    generic = _titan("GENERIC", **z3)
+    fsdp_grad = 4 / 32 * 70.6e9 / 8  # fp32 gradients sharded over dp (GENERIC: 2 B)
+    extra = titan.gradients - generic.gradients - (fsdp_grad / 2)
+    assert extra == pytest.approx(4 * layer, rel=0.08)
+    pp = {"tp": 8, "pp": 4, "dp": 8, "micro_batch_size": 1, "num_microbatches": 8}
+    pp |= {"zero_stage": 1, "recompute": "FULL"}
+    more = _titan("TORCHTITAN", **(pp | {"num_microbatches": 16}))
+    titan_pp = _titan("TORCHTITAN", **pp)
+    # gradients: fp32, unsharded, a stage's 20 layers, plus 6 B of one layer
+    assert titan_pp.gradients == pytest.approx((4 * 20 + 6) * layer, rel=0.08)
+    # pipelining receives each micro-batch's boundary into a buffer of its own: s·h/tp bf16
+    boundary = 8192 * 8192 * 2 / 8
+    assert more.activations - titan_pp.activations == pytest.approx(8 * boundary, rel=0.01)
+
+
 def test_fp8_megatron_keeps_fp8_parameters_and_their_transpose() -> None:
     cfg = {"tp": 8, "pp": 1, "dp": 32, "micro_batch_size": 1, "num_microbatches": 8}
     cfg |= {"zero_stage": 1, "recompute": "FULL"}

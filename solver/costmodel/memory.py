@@ -54,6 +54,33 @@ def _extras(c: Ctx, lay: LayoutOrRows, stage: str) -> np.ndarray:
     return pick(one, embed + head, embed if stage == "first" else head)
 
 
+def _fsdp_transients(c: Ctx, terms: list[Term], dense_tp, expert, inv_group) -> None:  # noqa: ANN001
+    """A recipe's transients of one unit: beyond the gathered copies at ZeRO-3
+    (`gather_transient`), and at the one reduction of a pipelined step (`pipelined_reduce`)."""
+    rc, A = c.recipe, c.A
+    for nbytes, on in ((rc.gather_transient, lambda z: z >= 3), (rc.pipelined_reduce, None)):
+        if not nbytes:
+            continue
+
+        def start(lay: LayoutOrRows, z_on: bool, nb=nbytes, pp_only=on is None) -> np.ndarray:
+            held = dense_tp(lay) * nb
+            if pp_only:
+                return pick(lay.pp > 1, held, 0.0) if z_on else 0.0
+            return held if z_on else 0.0
+
+        key = on or (lambda z: z < 3)
+        terms.append(Term("gradients", start, sel="z", key=key))
+        if A.is_moe:
+
+            def exp(lay: LayoutOrRows, z_on: bool, nb=nbytes, pp_only=on is None) -> np.ndarray:
+                held = expert(lay) * nb
+                if pp_only:
+                    return pick(lay.pp > 1, held, 0.0) if z_on else 0.0
+                return held if z_on else 0.0
+
+            terms.append(Term("gradients", exp, sel="z", key=key, te=inv_group))
+
+
 def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]]]:
     """Terms summing to the stage's bytes, and pairs of which only the smaller counts."""
     terms: list[Term] = []
@@ -144,6 +171,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
                 te=inv_group,
             )
         )
+    _fsdp_transients(c, terms, dense_tp, expert, inv_group)
 
     # Activations.
     def act(lay: LayoutOrRows, r: Recompute) -> np.ndarray:
@@ -168,6 +196,14 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     mb = BatchFactor.of(1, 0)
     terms.append(Term("activations", transient, sel="r", db=mb))
     terms.append(Term("activations", logits, db=mb))
+    if rc.pipeline_buffers:
+        # One receive buffer per micro-batch and chunk (gradients on the first stage, inputs on
+        # the last): the stage boundary, split over tp by sequence parallelism and over cp.
+        def boundary(lay: LayoutOrRows, _: object) -> np.ndarray:
+            return pick(lay.pp > 1, c.s / lay.cp * ACT_BYTES * A.h / lay.tp, 0.0)
+
+        chunks = lambda pv: Fraction(pv[1])  # noqa: E731
+        terms.append(Term("activations", boundary, pv=chunks, db=BatchFactor.of(1, 1)))
     pairs: list[tuple[Term, Term]] = []
     if stage == "first":
 
