@@ -240,9 +240,9 @@ MEGATRON = Profile(
 # over tp by loss parallelism. Float8 (torchao) converts the matmuls only.
 # FSDP2's transients (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py post_backward and
 # _fsdp_collectives.py foreach_reduce @ pytorch 62a45b6): a unit's bf16 gradients live until they
-# are copied into the fp32 reduce-scatter input, and a prefetched unit's flat all-gather output
-# until it is copied out into its parameters: 2 + 2 bytes beyond the gathered copies and the fp32
-# reduce-scatter input at ZeRO-3; under pipelining the last micro-batch's reduction holds 2 + 4.
+# are copied into the fp32 reduce-scatter input, 2 bytes beyond the gathered copies (the unit's
+# and the prefetched one's all-gather output) and the fp32 input at ZeRO-3; under pipelining the
+# last micro-batch's reduction holds the bf16 gradients and the fp32 input, 2 + 4.
 # torch.distributed.pipelining allocates a receive buffer per micro-batch and stage
 # (torch/distributed/pipelining/stage.py _prepare_backward_infra @ pytorch 88fa1e7).
 _TORCHTITAN = Recipe(
@@ -251,7 +251,7 @@ _TORCHTITAN = Recipe(
     12,
     activations="torchtitan",
     sharded_master_only=True,
-    gather_transient=4,
+    gather_transient=2,
     pipelined_reduce=6,
     pipeline_buffers=True,
 )
