@@ -42,6 +42,7 @@ PINNED = Constants(
     clock={"h100-sxm-96gb": 0.894},
     kernel_eff={"TE": 1.0, "TORCH": 0.9},
     fp8_eff=0.85,
+    gemm_h0=256.0,
     attn_eff={"TE": 0.70, "TORCH": 0.41},
     mem_exposed=0.5,
     eps_tp=0.2,

@@ -223,3 +223,25 @@ def test_strong_scaling_at_a_fixed_batch_costs_throughput() -> None:
 
     ratio = per_gpu(12288) / per_gpu(256)
     assert 0.65 < ratio < 0.85, ratio
+
+
+def test_gemms_of_a_small_hidden_size_run_slower() -> None:
+    # The GEMM rate is eta's at h = 8192 and falls as h / (h + gemm_h0) below it (tile and wave
+    # quantization): a 2,048-wide model's GEMMs run at the ratio of the two factors.
+    def model(h: int) -> ModelSpec:
+        return ModelSpec(
+            num_layers=4,
+            hidden_size=h,
+            num_attention_heads=h // 128,
+            num_kv_heads=8,
+            ffn_hidden_size=4 * h,
+            vocab_size=32000,
+        )
+
+    t = TrainingSpec(seq_len=4096)
+    big, small = rates(model(8192), t), rates(model(2048), t)
+    h0 = big.c.K.gemm_h0
+    assert h0 > 0
+    assert big.rate_bf16 == pytest.approx(small.rate_bf16 * (2048 + h0) / 2048 * 8192 / (8192 + h0))
+    assert small.rate_bf16 < big.rate_bf16
+    assert small.rate_attn == big.rate_attn  # attention kernels do not scale with h

@@ -59,6 +59,7 @@ PARAMS = (
     Param("attn_eff:TE", 0.20, 1.00, 0.5),
     Param("attn_eff:TORCH", 0.10, 1.00, 0.5),
     Param("fp8_eff", 0.50, 1.00, 0.5),
+    Param("gemm_h0", 0.0, 4096.0, 0.5),
     Param("mem_exposed", 0.0, 1.0),
     Param("eps_tp", 0.0, 1.0, 0.5),
     Param("eps_cp", 0.0, 1.0, 0.5),

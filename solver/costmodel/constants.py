@@ -35,6 +35,10 @@ class Constants:
     # norms, activations and attention): "TE" is the reference, "TORCH" PyTorch-native stacks.
     kernel_eff: dict[str, float] = field(default_factory=lambda: {"TE": 1.0, "TORCH": 0.9})
     fp8_eff: float = 0.85  # FP8 GEMM rate / (FP8 peak x eta): tensor-core efficiency of FP8
+    # GEMM efficiency falls with the hidden size h (tile and wave quantization, NVIDIA's "Matrix
+    # Multiplication Background" guide, Fig. 2-3: H100 BF16 GEMMs with k = n = 2048 reach ~85% of
+    # the rate at 8192): the rate is scaled by h / (h + gemm_h0), relative to h = 8192.
+    gemm_h0: float = 256.0
     # Causal attention's model FLOPs per second (forward + backward) / the GPU's GEMM rate, per
     # kernel family. On H100 (Shah et al. 2024, FlashAttention-3, Fig. 5-6, head dim 128):
     # FlashAttention-3 class (Transformer Engine's cuDNN attention) ~620 TFLOP/s forward, ~470

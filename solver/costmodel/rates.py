@@ -45,6 +45,7 @@ ELEM_ACT = 3
 # forward (write the scores, read them, write the probabilities, the mask and the dropped),
 # about as many backward.
 UNFUSED_SCORE_PASSES = 10
+GEMM_REF_H = 8192  # hidden size at which eta is the GEMM rate (constants.py gemm_h0)
 BUCKET = 40_000_000  # dp bucket (elements): Megatron DDP max(4e7, 1e6·dp) (distributed/ddp)
 
 
@@ -69,9 +70,12 @@ class Rates:
         family = profile_of(c.framework).timing.kernels
         kernels = K.kernels(family)
         eta = K.gpu_eta(H.name, H.family)
-        self.rate_bf16 = H.peak_bf16 * eta * kernels  # FLOP/s of a large BF16 GEMM
+        # GEMMs of a small hidden size run below the rate eta states (at h = GEMM_REF_H)
+        size = A.h * (GEMM_REF_H + K.gemm_h0) / (GEMM_REF_H * (A.h + K.gemm_h0))
+        self.rate_bf16 = H.peak_bf16 * eta * kernels * size  # FLOP/s of the layers' BF16 GEMMs
         fp8 = c.precision is Precision.FP8
-        self.rate_gemm = H.peak_fp8 * eta * kernels * K.fp8_eff if fp8 else self.rate_bf16
+        fp8_rate = H.peak_fp8 * eta * kernels * K.fp8_eff * size
+        self.rate_gemm = fp8_rate if fp8 else self.rate_bf16
         self.rate_attn = H.peak_bf16 * eta * K.attention(family)  # BF16 flash attention
         self.moe = A.n_moe_layers / A.L
         self.dense = A.n_dense_layers / A.L
