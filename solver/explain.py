@@ -7,20 +7,23 @@ finish in time it says it did not finish.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 from annotated_types import Le
 
-from meshplan.solver.costmodel import Point
+from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.costmodel.model import MEMORY_UNIT
 from meshplan.solver.cpsat.tables import Stopped
 from meshplan.solver.hardware import GIB
 from meshplan.solver.results import Explanation
-from meshplan.solver.schema import ClusterSpec
+from meshplan.solver.rules import framework_violations
+from meshplan.solver.schema import ClusterSpec, Framework
 from meshplan.solver.space import Space
 
 Check = Callable[[], None]
 _CHECK_EVERY = 64  # layouts between two looks at the stop event and the deadline
+_REFUSAL_POINTS = 20_000  # points of the textbook's space read for the framework's refusal
 
 
 def _never() -> None:
@@ -60,10 +63,51 @@ def _gib(x: float) -> str:
     return f"{x / GIB:.1f} GiB"
 
 
+def framework_refusal(sp: Space, check: Check = _never) -> str | None:
+    """When the request's framework profile is what leaves no layout: the rules it applies to
+    the layouts the textbook (the GENERIC profile) would run under the same pins, in words; None
+    when the textbook has no layout either, or its layouts break no rule of the framework."""
+    if sp.training.framework is Framework.GENERIC:
+        return None
+    tr = sp.training.model_copy(update={"framework": Framework.GENERIC})
+    cm = CostModel(sp.A, sp.H, tr, sp.search, sp.cm.ctx.K)
+    gen = Space.build(sp.A, sp.H, tr, sp.search, cm, prune=False)
+    counts: Counter[str] = Counter()
+    seen = 0
+    for i, p in enumerate(gen.points()):
+        if i % _CHECK_EVERY == 0:
+            check()
+        if i >= _REFUSAL_POINTS:
+            break
+        broken = framework_violations(p, sp.A, sp.training)
+        if not broken:
+            continue
+        counts.update(set(broken))
+        seen += 1
+    if not seen:
+        return None
+    always = [m for m, k in counts.most_common() if k == seen]
+    fw = f"training.framework {sp.training.framework.value}"
+    if always:
+        return f"no layout these pins leave runs under {fw}: " + "; ".join(always[:2])
+    common = "; ".join(m for m, _ in counts.most_common(3))
+    return f"no layout these pins leave runs under {fw}, each breaks one of: {common}"
+
+
 def reason(sp: Space, check: Check = _never) -> tuple[str, int]:
     """Words a person acts on, and the least bytes per GPU any layout needs (0 if none)."""
     n = sp.H.num_gpus
     f = frugal(sp, check)
+    if f is None or not sp.layouts or f[1] <= sp.cm.budget:
+        # the rules refuse (the least-memory point of a layout they leave would fit)
+        refusal = framework_refusal(sp, check)
+        if refusal is not None:
+            return refusal, 0
+    if f is not None and (not sp.layouts or f[1] <= sp.cm.budget):
+        return (
+            f"no layout of {n} GPUs obeys the rules and pins together (virtual stages, "
+            "micro-batches and the batch); memory is not what refuses"
+        ), 0
     if f is None:
         if not sp.tp_values():
             return (
@@ -147,7 +191,7 @@ def explain(
             min_gpus=0,
             min_memory_bytes=0,
         )
-    if not search_min:
+    if not search_min or need == 0:  # no layout to size, or the rules refuse at any size
         return Explanation(reason=text, min_gpus=0, min_memory_bytes=need)
     limit = max_gpus()
     search = MinGpus(rebuild, check)

@@ -115,6 +115,16 @@ def launcher_violations(p: Point, A: Arch, training: TrainingSpec, prof: Profile
     return out + _expert_violations(p, A, prof) + _framework_violations(p, A, training, prof)
 
 
+def framework_violations(p: Point, A: Arch, training: TrainingSpec) -> list[str]:
+    """The rules of the request's framework profile alone that a point breaks (what a layout
+    the textbook would run loses under this framework)."""
+    prof = profile_of(training.framework)
+    out = _expert_violations(p, A, prof) + _framework_violations(p, A, training, prof)
+    if p.lay.pp * p.v > A.L + prof.extra_chunks:
+        out.append(f"{prof.title} runs at most {_chunks(A, prof)} pipeline chunks")
+    return out
+
+
 def _chunks(A: Arch, prof: Profile) -> str:
     if prof.extra_chunks:
         return f"the layers ({A.L}) + {prof.extra_chunks} (embedding and loss chunks)"

@@ -10,11 +10,12 @@ MEMORY_VIOLATION = "memory:"  # how evaluate() starts the violation of the memor
 
 
 def _layout(c: ParallelConfig) -> str:
+    # sequence parallelism splits the tp group's activations: with tp = 1 there is none to show
+    sp = f" sequence_parallel={str(c.sequence_parallel).lower()}" if c.tp > 1 else ""
     return (
         f"tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp} ep={c.ep} virtual_stages={c.virtual_stages}"
         f"\n  micro_batch_size={c.micro_batch_size} num_microbatches={c.num_microbatches} "
-        f"zero_stage={c.zero_stage} recompute={c.recompute.value} "
-        f"sequence_parallel={str(c.sequence_parallel).lower()}"
+        f"zero_stage={c.zero_stage} recompute={c.recompute.value}{sp}"
     )
 
 
