@@ -103,6 +103,8 @@ class FrameworkTiming:
     ep_dedup: bool = False  # tokens dispatched once per remote node (DeepEP), not per expert
     cp_ring: bool = True  # cp exchanges K,V hop by hop (each hop hides behind a block), else
     # all-gathers them after the first block (only that block hides the exchange)
+    ep_overlap_needs_chunks: bool = False  # the ep overlap needs v > 1 when pp > 1 and refuses
+    # full recomputation (else it is timed exposed there)
 
 
 ALL_STAGES = frozenset({0, 1, 2, 3})
@@ -225,8 +227,11 @@ MEGATRON = Profile(
             "NeMo's performance recipes (llm/recipes/llama3_70b.py @ 8e3d65d); "
             "--no-overlap-p2p-communication is store_false (p2p overlap on); --cp-comm-type "
             "p2p (ring, Transformer Engine overlaps each hop with a block); "
-            "overlap_moe_expert_parallel_comm default False"
+            "overlap_moe_expert_parallel_comm default False; TransformerConfig.__post_init__ "
+            "(transformer_config.py) asserts it has virtual stages when pp > 1 and no full "
+            "recomputation"
         ),
+        ep_overlap_needs_chunks=True,
     ),
 )
 

@@ -54,7 +54,7 @@ def describe(c: ParallelConfig, A: Arch, t: TrainingSpec) -> str:
         how = "ring hop by hop" if ov.cp_ring else "all-gather behind the first block"
         parts.append(f"cp {how if ov.cp else 'exposed'}")
     if A.is_moe and c.ep > 1:
-        ep = "overlapped with another micro-batch" if ov.ep else "exposed"
+        ep = "overlapped with another micro-batch" if _ep_overlapped(c, ov) else "exposed"
         parts.append(f"ep all-to-all {ep}{', DeepEP dispatch' if ov.ep_dedup else ''}")
     if c.pp > 1:
         parts.append(f"pipeline sends {'overlapped' if ov.pp else 'exposed'}")
@@ -70,18 +70,13 @@ def megatron_conflicts(c: ParallelConfig, A: Arch, t: TrainingSpec) -> list[str]
             "(arguments.py: 'Tensor parallel communication/GEMM overlap can happen only when "
             "sequence parallelism is enabled')"
         )
-    if ov.ep and A.is_moe and c.ep > 1:
-        if c.pp > 1 and c.virtual_stages == 1:
-            out.append(
-                "training.ep_comm_overlap (--overlap-moe-expert-parallel-comm) needs virtual "
-                "stages when pp > 1 (transformer_config.py)"
-            )
-        if c.recompute is Recompute.FULL:
-            out.append(
-                "training.ep_comm_overlap (--overlap-moe-expert-parallel-comm) refuses full "
-                "recomputation (transformer_config.py)"
-            )
     return out
+
+
+def _ep_overlapped(c: ParallelConfig, ov: Overlaps) -> bool:
+    """The ep overlap the time model credited this layout with (none where the framework
+    refuses it: Megatron's needs virtual stages when pp > 1 and no full recomputation)."""
+    return ov.ep_runs(c.pp, c.virtual_stages, c.recompute is Recompute.FULL)
 
 
 def megatron(c: ParallelConfig, A: Arch, t: TrainingSpec) -> tuple[Args, list[str]]:
@@ -100,8 +95,13 @@ def megatron(c: ParallelConfig, A: Arch, t: TrainingSpec) -> tuple[Args, list[st
         if not ov.cp:
             notes.append("Transformer Engine's p2p ring always overlaps the K/V exchange")
     if A.is_moe and c.ep > 1:
-        if ov.ep:
+        if _ep_overlapped(c, ov):
             args.append(("--overlap-moe-expert-parallel-comm", None))
+        elif ov.ep:
+            notes.append(
+                "the expert all-to-all is timed exposed: --overlap-moe-expert-parallel-comm "
+                "needs virtual stages when pp > 1 and no full recomputation (transformer_config.py)"
+            )
         if ov.ep_dedup:
             args += [("--moe-token-dispatcher-type", "flex"), ("--moe-enable-deepep", None)]
     if ov.pp and c.pp > 1 and c.virtual_stages == 1:

@@ -20,6 +20,13 @@ class Overlaps:
     pp: bool
     ep_dedup: bool = False
     cp_ring: bool = True
+    ep_needs_chunks: bool = False  # the ep overlap runs only with v > 1 (pp > 1), no full recompute
+
+    def ep_runs(self, pp: int, v: int, full_recompute: bool) -> bool:
+        """Whether the ep overlap holds on this layout (else the all-to-all is exposed)."""
+        if not self.ep:
+            return False
+        return not self.ep_needs_chunks or ((pp == 1 or v > 1) and not full_recompute)
 
 
 def overlaps_for(training: TrainingSpec) -> Overlaps:
@@ -39,4 +46,5 @@ def overlaps_for(training: TrainingSpec) -> Overlaps:
         pp=f.pp,
         ep_dedup=pick(training.ep_dispatch_dedup, f.ep_dedup),
         cp_ring=f.cp_ring,
+        ep_needs_chunks=f.ep_overlap_needs_chunks,
     )

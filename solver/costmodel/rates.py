@@ -279,20 +279,20 @@ class Rates:
         per = 2 * 2 * 2 * (1 + A.top_k) * A.h * ACT_BYTES * _etp(te) / te[0]
         return self.moe * per / self.c.H.hbm_bw
 
-    def ep_exposed(self, te: tuple[int, ...], layer: float) -> float:
-        """Exposed all-to-all: all of it, or with the 1F1B overlap what another micro-batch's
-        compute `layer` (s per token) does not hide."""
+    def ep_exposed(self, te: tuple[int, ...], layer: float, overlap: bool | None = None) -> float:
+        """Exposed all-to-all: all of it, or with the 1F1B overlap (`overlap`, default the
+        request's) what another micro-batch's compute `layer` (s per token) does not hide."""
         raw = self.a2a(te)
-        if not self.ov.ep:
+        if not (self.ov.ep if overlap is None else overlap):
             return raw
         return max(self.c.K.eps_ep * raw, raw - layer)
 
-    def ep_latency(self, te: tuple[int, ...]) -> float:
+    def ep_latency(self, te: tuple[int, ...], overlap: bool | None = None) -> float:
         """Per micro-batch per layer: 4 all-to-alls of ep−1 messages each."""
         ep = te[1]
         if ep == 1:
             return 0.0
-        share = self.c.K.eps_ep if self.ov.ep else 1.0
+        share = self.c.K.eps_ep if (self.ov.ep if overlap is None else overlap) else 1.0
         return share * self.moe * 4 * (ep - 1) * self.alpha(ep * _etp(te))
 
     # -- pipeline ---------------------------------------------------------------------------

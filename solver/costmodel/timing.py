@@ -70,7 +70,11 @@ def _moe_terms(c: Ctx, R: Rates, x: _Axes) -> list[Term]:
     inv_ep = lambda te: Fraction(1, te[1] * _etp(te))  # noqa: E731
     latency = lambda te: _ratio(R.ep_latency(te) / unit_mb)  # noqa: E731
     terms: list[Term] = []
-    _pair(terms, "ep_comm", lambda lay, _: unit * pt(lay), x, True, te=exposed)
+    restricted = R.ov.ep and R.ov.ep_needs_chunks
+    if restricted:
+        _ep_where_legal(terms, c, R, x, exposed)
+    else:
+        _pair(terms, "ep_comm", lambda lay, _: unit * pt(lay), x, True, te=exposed)
     _pair(terms, "compute", lambda lay, _: unit * pt(lay), x, True, te=permute)
     _pair(terms, "compute", lambda lay, _: R.expert_traffic_ref(lay) * pt(lay), x, True, te=etp)
     _pair(
@@ -81,9 +85,12 @@ def _moe_terms(c: Ctx, R: Rates, x: _Axes) -> list[Term]:
         False,
         te=inv_ep,
     )
-    _pair(terms, "ep_comm", lambda lay, _: unit_mb * fx(lay), x, False, te=latency)
-    # Full recomputation replays the forward: half the all-to-alls and permutations.
-    half = lambda te: _ratio(float(exposed(te) + permute(te)) / 2)  # noqa: E731
+    if not restricted:
+        _pair(terms, "ep_comm", lambda lay, _: unit_mb * fx(lay), x, False, te=latency)
+    # Full recomputation replays the forward: half the all-to-alls and permutations (never
+    # overlapped where the overlap refuses full recomputation).
+    replayed = _raw_a2a(R, unit) if restricted else exposed
+    half = lambda te: _ratio(float(replayed(te) + permute(te)) / 2)  # noqa: E731
     full = lambda r: r is Recompute.FULL  # noqa: E731
     _pair(
         terms,
@@ -96,6 +103,43 @@ def _moe_terms(c: Ctx, R: Rates, x: _Axes) -> list[Term]:
         key=full,
     )
     return terms
+
+
+def _raw_a2a(R: Rates, unit: float):  # noqa: ANN202
+    return lambda te: _ratio(R.ep_exposed(te, 0.0, overlap=False) / unit)
+
+
+def _ep_where_legal(terms: list[Term], c: Ctx, R: Rates, x: _Axes, exposed) -> None:  # noqa: ANN001
+    """The all-to-all and its latencies under an ep overlap the framework runs only with
+    virtual stages when pp > 1 and without full recomputation (Megatron-Core's
+    overlap_moe_expert_parallel_comm): overlapped there, exposed elsewhere."""
+    pt, fx = x.pt, x.fx
+    unit = R.F_layer / R.rate_gemm
+    unit_mb = unit * c.s
+    raw = _raw_a2a(R, unit)
+    lat = lambda te: _ratio(R.ep_latency(te) / unit_mb)  # noqa: E731
+    lat_raw = lambda te: _ratio(R.ep_latency(te, overlap=False) / unit_mb)  # noqa: E731
+    legal = lambda pv: R.ov.ep_runs(pv[0], pv[1], False)  # noqa: E731
+
+    def gate(f, want: bool):  # noqa: ANN001, ANN202
+        return lambda pv: f(pv) if legal(pv) == want else Fraction(0)
+
+    full = lambda r: r is Recompute.FULL  # noqa: E731
+    not_full = lambda r: r is not Recompute.FULL  # noqa: E731
+    for base, db, bub_db, ov, ex in (
+        (lambda lay: unit * pt(lay), None, x.inv_m, exposed, raw),
+        (lambda lay: unit_mb * fx(lay), x.inv_b, x.inv_bm, lat, lat_raw),
+    ):
+
+        def on(lay, flag: bool, base=base):  # noqa: ANN001, ANN202
+            return base(lay) if flag else 0.0
+
+        for pv_fn, name, d in ((x.stage, "ep_comm", db), (x.bub, "bubble", bub_db)):
+            terms.append(Term(name, on, sel="r", key=not_full, pv=gate(pv_fn, True), db=d, te=ov))
+            terms.append(Term(name, on, sel="r", key=full, pv=gate(pv_fn, True), db=d, te=ex))
+            terms.append(
+                Term(name, lambda lay, _, base=base: base(lay), pv=gate(pv_fn, False), db=d, te=ex)
+            )
 
 
 def _recompute_terms(terms: list[Term], c: Ctx, R: Rates, x: _Axes) -> None:
