@@ -326,7 +326,10 @@ def test_a_request_no_cluster_can_fit_is_an_infeasible_answer() -> None:
     with running_server() as (port, _), PlannerClient(f"{LOOPBACK}:{port}") as client:
         result = client.plan(req, timeout=60)
     assert result.status.value == "INFEASIBLE" and result.explanation is not None
-    assert "no cluster of up to 1,048,576 GPUs fits" in result.explanation.reason
+    # Megatron runs no ZeRO-2 with pipelining: the reason is the framework's rule, at any size
+    assert "training.framework MEGATRON" in result.explanation.reason
+    assert "not zero_stage 2" in result.explanation.reason
+    assert result.explanation.min_gpus == 0
 
 
 def test_oversized_requests_are_refused_before_parsing() -> None:
