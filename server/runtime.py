@@ -31,6 +31,7 @@ from meshplan.server.limits import (
 )
 from meshplan.server.logs import FIELDS
 from meshplan.server.metrics import Metrics
+from meshplan.server.pool import WorkerLost
 from meshplan.server.settings import Settings
 from meshplan.server.validate import bad_request_status, shorten
 
@@ -224,6 +225,8 @@ class Runtime:
         """fn(*args) on a solver slot, after the call's fair turn. If the call ends first
         (cancelled, or its deadline), its stop event is set and it ends at once; the slot is
         handed on when the solve has really returned."""
+        if call.stop.is_set():  # the call ended while this solve waited to be asked for
+            raise RpcFailure(grpc.StatusCode.CANCELLED, "the call ended before the solve began")
         m = self.metrics
         m.solves_queued.inc()
         try:
@@ -247,6 +250,8 @@ class Runtime:
         future.add_done_callback(finished)
         try:
             return await asyncio.shield(future)
+        except WorkerLost as err:  # the pool replaced the process: say so, plainly
+            raise RpcFailure(grpc.StatusCode.INTERNAL, f"{err}; retry the call") from err
         except asyncio.CancelledError:
             call.stop.set()  # the solver polls it (and tells CP-SAT to stop)
             future.add_done_callback(_retrieve)  # its outcome is moot now
