@@ -129,11 +129,12 @@ class _Courier:
     # --- the courier thread -----------------------------------------------------------------
 
     def _run(self) -> None:
-        try:
-            self._spawn()
-        except Exception as err:  # noqa: BLE001  retried at the first task
-            log.error("solver process %d did not start: %s", self.index, err)
         while True:
+            if self.proc is None and not self.runner._closed:  # at start, and after a loss
+                try:
+                    self._spawn()
+                except Exception as err:  # noqa: BLE001  retried at the next task
+                    log.error("solver process %d did not start: %s", self.index, err)
             task = self.runner._tasks.get()
             if task is None:
                 break
