@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import re
 import threading
 import time
-import uuid
 from collections import Counter, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -73,7 +73,7 @@ def request_id(metadata: object) -> str:
     for key, value in metadata or ():  # type: ignore[attr-defined]
         if key == REQUEST_ID_KEY and isinstance(value, str) and _REQUEST_ID.fullmatch(value):
             return value
-    return uuid.uuid4().hex[:16]
+    return os.urandom(8).hex()  # 16 random hex digits, as uuid4().hex[:16] but cheaper
 
 
 def peer_address(peer: str) -> str:

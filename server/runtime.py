@@ -84,10 +84,10 @@ class Runtime:
         """The call's one log line and its metrics."""
         elapsed = time.monotonic() - call.started
         m = self.metrics
-        m.calls.labels(call.method, status).inc()
-        m.call_seconds.labels(call.method).observe(elapsed)
+        m.child(m.calls, call.method, status).inc()
+        m.child(m.call_seconds, call.method).observe(elapsed)
         if status == "RESOURCE_EXHAUSTED":
-            m.rejected.labels(call.method).inc()
+            m.child(m.rejected, call.method).inc()
         fields: dict[str, Any] = {
             "method": call.method,
             "request_id": call.request_id,
@@ -238,7 +238,7 @@ class Runtime:
 
         def finished(_: object) -> None:
             took = time.monotonic() - started
-            m.solve_seconds.labels(method).observe(took)
+            m.child(m.solve_seconds, method).observe(took)
             m.solves_in_flight.dec()
             self.slots.release(call.caller)
 

@@ -93,7 +93,8 @@ class PlannerServicer:
         status, answer = await self.rt.solve(
             call, "Plan", plan_call, req, limits, prefix, self.plan_fn
         )
-        self.rt.metrics.plans.labels(status).inc()
+        m = self.rt.metrics
+        m.child(m.plans, status).inc()
         return answer
 
     async def _batch(
