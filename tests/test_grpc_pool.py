@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -211,3 +212,33 @@ def _wait(condition: Any, what: str, timeout: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < end, f"timed out waiting for {what}"
         time.sleep(0.01)
+
+
+def test_pool_settings_resolve_and_refuse_more_slots_than_processes() -> None:
+    from pydantic import ValidationError
+
+    from meshplan.server.settings import Settings, usable_cpus
+
+    assert 1 <= usable_cpus() <= len(os.sched_getaffinity(0))
+    default = Settings()
+    assert default.solver_processes == default.max_concurrent_solves == usable_cpus()
+    assert Settings(max_concurrent_solves=3).solver_processes == 3
+    assert Settings(solver_processes=4).max_concurrent_solves == 4
+    threads = Settings(solver_processes=0)
+    assert threads.max_concurrent_solves == max(1, usable_cpus() // 2)
+    with pytest.raises(
+        ValidationError, match="max_concurrent_solves .3. exceeds solver_processes .2."
+    ):
+        Settings(solver_processes=2, max_concurrent_solves=3)
+
+
+def test_workers_run_numeric_libraries_on_one_thread(runner: ProcessRunner) -> None:
+    """Each worker is one solve on one core: no BLAS thread pool per worker (they would only
+    contend); the server's own environment is left as it was."""
+    (pid,) = runner.pids()
+    assert pid is not None
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    if "OPENBLAS_NUM_THREADS" not in os.environ:
+        assert b"OPENBLAS_NUM_THREADS=1" in environ
+        assert b"OMP_NUM_THREADS=1" in environ
+        assert "OPENBLAS_NUM_THREADS" not in os.environ  # set for the spawn only

@@ -132,6 +132,7 @@ def solve_request(
 def solve_local(jobs: Sequence[Job], workers: int = 0) -> Iterator[Outcome]:
     """Solve in-process: a pool of `workers` processes (0: one per usable CPU, as the server
     counts them), in the order they finish."""
+    from meshplan.server.pool import one_thread_per_library
     from meshplan.server.settings import usable_cpus
 
     todo = []
@@ -151,8 +152,11 @@ def solve_local(jobs: Sequence[Job], workers: int = 0) -> Iterator[Outcome]:
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
         main = threading.current_thread() is threading.main_thread()  # signals: main only
         before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-        try:  # submit() starts the worker processes
-            futures: dict[Future, Job] = {pool.submit(solve_request, j.request): j for j in todo}
+        try:  # submit() starts the worker processes, each with one BLAS thread (server.pool)
+            with one_thread_per_library():
+                futures: dict[Future, Job] = {
+                    pool.submit(solve_request, j.request): j for j in todo
+                }
         finally:
             if main:
                 signal.signal(signal.SIGINT, before)
