@@ -252,7 +252,8 @@ def create_server(
 ) -> tuple[PlannerServer, int]:
     """A configured, not yet started server and the port it bound (settings.port 0: any free).
 
-    `plan_fn` / `evaluate_fn` replace the solver (tests, benchmarks).
+    `plan_fn` / `evaluate_fn` replace the solver (tests, benchmarks); solves then run on threads
+    of this process, whatever `settings.solver_processes` says (the hooks need not pickle).
     """
     server = PlannerServer(settings, {"plan_fn": plan_fn, "evaluate_fn": evaluate_fn})
     return server, server.port

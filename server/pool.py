@@ -139,7 +139,8 @@ class _Courier:
             if task is None:
                 break
             ok, value = self._serve(task)
-            task.loop.call_soon_threadsafe(_settle, task.future, ok, value)
+            with contextlib.suppress(RuntimeError):  # the loop closed: no one is waiting
+                task.loop.call_soon_threadsafe(_settle, task.future, ok, value)
         self._end()
 
     def _serve(self, task: _Task) -> tuple[bool, Any]:
