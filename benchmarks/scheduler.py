@@ -1,13 +1,14 @@
 """Scheduler queries: a cold scaling curve of 4 GPU types x 64 counts (256 cells), the same
 request again (the answer cache), one Replan and a precomputed Replan table for k = 1..8.
 
-1. ScalingCurve through a loopback server, cold: target <= 2 s for 256 cells.
+1. ScalingCurve through a loopback server with `--processes` solver processes (default 2,
+   every one open to the caller), cold: target <= 2 s for 256 cells.
 2. The same request again, over gRPC (the server's answer cache) and in-process (the cache
    key and lookup): target <= 10 ms.
 3. Replan of one event (lose a node), in-process, cold: target <= 1 s.
 4. Replan precompute k = 1..8, in-process, cold: target <= 3 s.
 
-    python -m benchmarks scheduler [--quick] [--repeats N]
+    python -m benchmarks scheduler [--quick] [--repeats N] [--processes P]
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from benchmarks.common import (
     arg_parser,
     fmt_s,
     header,
-    loopback_server,
     table,
     timed,
     verdict,
     write_json,
 )
+from benchmarks.throughput import pool_server
 
+DEFAULT_PROCESSES = 2
 TARGETS = {"cold_curve": 2.0, "cached_curve": 0.010, "replan": 1.0, "precompute": 3.0}
 GPUS = ("h100-sxm-80gb", "h200-141gb", "a100-sxm-80gb", "b200-192gb")
 
@@ -77,6 +79,7 @@ def replan_body(quick: bool, precompute: bool) -> dict:
 @dataclass
 class Report:
     quick: bool
+    processes: int = DEFAULT_PROCESSES
     cells: int = 0
     planned: int = 0
     cold_curve_s: float = 0.0
@@ -88,7 +91,7 @@ class Report:
     source_warning: str = ""
 
 
-def run(quick: bool, repeats: int) -> Report:
+def run(quick: bool, repeats: int, processes: int = DEFAULT_PROCESSES) -> Report:
     import grpc
 
     from meshplan.client import PlannerClient
@@ -103,9 +106,9 @@ def run(quick: bool, repeats: int) -> Report:
     from meshplan.v1 import planner_pb2_grpc
 
     watch = SourceWatch()
-    rep = Report(quick=quick)
+    rep = Report(quick=quick, processes=processes)
     req = CurveRequest.model_validate(curve_body(quick))
-    with loopback_server(max_concurrent_solves=1) as target, PlannerClient(target) as client:
+    with pool_server(processes) as target, PlannerClient(target) as client:
         curve, rep.cold_curve_s = timed(client.scaling_curve, req, timeout=3600)
         rep.cells = len(curve.cells)
         rep.planned = sum(c.status.value == "PLANNED" for c in curve.cells)
@@ -138,7 +141,8 @@ def run(quick: bool, repeats: int) -> Report:
 def render(rep: Report) -> str:
     grpc_p50, inproc_p50 = rep.cached_grpc["p50"], rep.cached_inproc["p50"]
     rows = [
-        [f"cold curve ({rep.cells} cells, {rep.planned} planned)", fmt_s(rep.cold_curve_s),
+        [f"cold curve ({rep.cells} cells, {rep.planned} planned, {rep.processes} processes)",
+         fmt_s(rep.cold_curve_s),
          fmt_s(TARGETS["cold_curve"]), verdict(rep.cold_curve_s, TARGETS["cold_curve"])],
         ["same request again, gRPC (p50)", fmt_s(grpc_p50), fmt_s(TARGETS["cached_curve"]),
          verdict(grpc_p50, TARGETS["cached_curve"])],
@@ -176,9 +180,17 @@ def render(rep: Report) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = arg_parser("scheduler", __doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=20, help="cached calls timed (count)")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=DEFAULT_PROCESSES,
+        help=f"solver processes of the server (default {DEFAULT_PROCESSES})",
+    )
     a = p.parse_args(argv)
-    print(header("scheduler", quick=a.quick, repeats=a.repeats), flush=True)
-    rep = run(a.quick, a.repeats)
+    if a.processes < 1:
+        p.error(f"--processes: must be >= 1 (got {a.processes})")
+    print(header("scheduler", quick=a.quick, repeats=a.repeats, processes=a.processes), flush=True)
+    rep = run(a.quick, a.repeats, a.processes)
     print(render(rep))
     write_json(a.json, {"benchmark": "scheduler", "report": asdict(rep)})
     return 0

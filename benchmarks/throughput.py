@@ -1,17 +1,20 @@
-"""Throughput: many plans at once, through `PlanBatch` and through a local pool of workers.
+"""Throughput: many plans at once, through `PlanBatch` on one server against its number of solver
+processes, and (optionally) through a local pool of workers.
 
 The same requests (benchmarks/suite.py: the fleet-planning sweep, 1,000 distinct requests; 20
 pinned small ones with --quick) go
 
-- through one `PlanBatch` call to an in-process server on 127.0.0.1 allowed `--workers`
-  concurrent solves (its thread pool, one CP-SAT worker per solve), and
-- through `solver.plan` in a pool of `--workers` worker processes (`--pool process`, the
-  default) and/or threads of this process (`--pool thread`), with no gRPC.
+- through one `PlanBatch` call to an in-process server on 127.0.0.1 with P solver processes,
+  for each P of `--processes` (default 1,2; one CP-SAT worker per solve, and one caller allowed
+  every process: `max_solves_per_caller` = P, a single-tenant server), and
+- through `solver.plan` in a pool of `--workers` worker processes (`--pool process`) and/or
+  threads of this process (`--pool thread`), with no gRPC (default: neither).
 
 Plans per second = requests / wall time from the first submission to the last answer; worker
 start-up and imports are paid before the clock starts. Every answer is counted by status.
+Targets: 1,000 plans in <= 5 s through PlanBatch, and >= 1.8x the plans/s from 1 to 2 processes.
 
-    python -m benchmarks throughput [--quick] [-n N] [--workers W] [--pool process,thread]
+    python -m benchmarks throughput [--quick] [-n N] [--processes 1,2] [--pool process,thread]
 """
 
 from __future__ import annotations
@@ -20,18 +23,19 @@ import multiprocessing as mp
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from benchmarks.common import (
+    LOOPBACK,
     SourceWatch,
     Summary,
     arg_parser,
     fmt_s,
     header,
-    loopback_server,
     table,
     verdict,
     write_json,
@@ -40,9 +44,11 @@ from benchmarks.suite import throughput_requests
 
 TARGET_PLANS = 1000
 TARGET_SECONDS = 5.0  # 1,000 plans in <= 5 s
+TARGET_SPEEDUP = 1.8  # plans/s with 2 processes over 1
 
 DEFAULT_N, QUICK_N = 1000, 20
 DEFAULT_WORKERS = 2
+DEFAULT_PROCESSES = (1, 2)
 DEFAULT_TIME_LIMIT_S = 10.0
 
 
@@ -56,6 +62,7 @@ class PathResult:
     seconds: float
     statuses: dict[str, int]  # OPTIMAL / FEASIBLE / INFEASIBLE / TIMEOUT / error codes
     plan_wall_s: list[float] = field(default_factory=list)  # solver.wall_time_s per answer
+    processes: int = 0  # the server's solver processes (0: not a PlanBatch path)
 
     @property
     def plans_per_s(self) -> float:
@@ -69,6 +76,7 @@ class PathResult:
 @dataclass
 class Report:
     results: list[PathResult]
+    processes: list[int]
     workers: int
     time_limit_s: float
     quick: bool
@@ -111,25 +119,54 @@ def _warm_worker(barrier: Any) -> None:
     barrier.wait()
 
 
+@contextmanager
+def pool_server(processes: int, max_time_limit_s: float = 3600.0) -> Iterator[str]:
+    """A started loopback server with `processes` warmed solver processes, all of them open to
+    one caller; yields its target."""
+    from meshplan.server.app import create_server
+    from meshplan.server.settings import Settings
+
+    settings = Settings(
+        host=LOOPBACK,
+        port=0,
+        grace_period_s=0.0,
+        solver_processes=processes,
+        max_solves_per_caller=processes,
+        max_time_limit_s=max_time_limit_s,
+        workers_per_solve=1,
+    )
+    server, port = create_server(settings)
+    try:
+        if server.wait_ready() != processes:
+            raise RuntimeError(f"{processes} solver processes did not all start")
+        server.start()
+        yield f"{LOOPBACK}:{port}"
+    finally:
+        server.stop(0).wait(30)
+
+
 def run_batch(
-    reqs: list[Any], workers: int, time_limit_s: float, progress: bool = False
+    reqs: list[Any], processes: int, time_limit_s: float, progress: bool = False
 ) -> PathResult:
-    """All requests in one PlanBatch call to a loopback server with `workers` solver slots."""
+    """All requests in one PlanBatch call to a loopback server with `processes` solver
+    processes."""
     from meshplan.client import PlannerClient
 
     with (
-        loopback_server(max_concurrent_solves=workers) as target,
+        pool_server(processes) as target,
         PlannerClient(target, max_attempts=1) as client,
     ):
-        client.plan(throughput_requests(1, quick=True)[0], timeout=60)  # warm: lazy imports
-        timeout = len(reqs) * (time_limit_s + 5) / workers + 60
+        warm = throughput_requests(processes, quick=True)  # every worker once: not timed
+        list(client.plan_batch(warm, timeout=120))
+        timeout = len(reqs) * (time_limit_s + 5) / processes + 60
         statuses: Counter[str] = Counter()
         walls: list[float] = []
         t0 = time.perf_counter()
         n = 0
+        path = f"PlanBatch (gRPC) x{processes}"
         for item in client.plan_batch(reqs, timeout=timeout):
             n += 1
-            _tick("PlanBatch", n, len(reqs), t0, progress)
+            _tick(path, n, len(reqs), t0, progress)
             if item.result is not None:
                 st, wall = _outcome(item.result)
                 statuses[st] += 1
@@ -138,7 +175,7 @@ def run_batch(
             else:
                 statuses[item.error.code.name if item.error else "ERROR"] += 1
         seconds = time.perf_counter() - t0
-    return PathResult("PlanBatch (gRPC)", len(reqs), n, seconds, dict(statuses), walls)
+    return PathResult(path, len(reqs), n, seconds, dict(statuses), walls, processes)
 
 
 def _collect(
@@ -188,16 +225,24 @@ def run(
     n: int | None = None,
     workers: int = DEFAULT_WORKERS,
     time_limit_s: float | None = None,
-    pools: tuple[str, ...] = ("process",),
+    pools: tuple[str, ...] = (),
     progress: bool = False,
+    processes: tuple[int, ...] = DEFAULT_PROCESSES,
 ) -> Report:
-    """Run the same requests through PlanBatch and each pool; see the module docstring."""
+    """Run the same requests through PlanBatch per process count and each pool; see the module
+    docstring."""
     watch = SourceWatch()
     limit = time_limit_s or DEFAULT_TIME_LIMIT_S
     reqs = throughput_requests(n or (QUICK_N if quick else DEFAULT_N), quick, time_limit_s=limit)
-    results = [run_batch(reqs, workers, limit, progress)]
+    results = [run_batch(reqs, p, limit, progress) for p in processes]
     results += [POOLS[p](reqs, workers, progress) for p in pools]
-    return Report(results, workers, limit, quick, watch.warning())
+    return Report(results, list(processes), workers, limit, quick, watch.warning())
+
+
+def speedup(rep: Report) -> float | None:
+    """PlanBatch plans/s with 2 processes over 1 (None unless both ran)."""
+    by = {r.processes: r.plans_per_s for r in rep.results if r.processes}
+    return by[2] / by[1] if 1 in by and 2 in by else None
 
 
 def render(rep: Report) -> str:
@@ -221,6 +266,10 @@ def render(rep: Report) -> str:
     for r in rep.results:
         v = verdict(r.seconds_per_1000, TARGET_SECONDS)
         out.append(f"{r.path}: time per {TARGET_PLANS:,} plans: {v}")
+    up = speedup(rep)
+    if up is not None:
+        v = "met" if up >= TARGET_SPEEDUP else "MISSED"
+        out.append(f"PlanBatch plans/s, 2 processes over 1: {up:.2f}x: {v} (>= {TARGET_SPEEDUP}x)")
     if rep.source_warning:
         out.append(rep.source_warning)
     out.append(summary_line(rep))
@@ -233,9 +282,11 @@ def summary_line(rep: Report) -> str:
     timeouts = sum(
         v for r in rep.results for k, v in r.statuses.items() if k.startswith("FEASIBLE")
     )
+    up = speedup(rep)
     return (
-        f"summary: throughput of {n} plans with {rep.workers} workers: "
+        f"summary: throughput of {n} plans: "
         + "; ".join(parts)
+        + (f"; {up:.2f}x from 1 to 2 processes" if up is not None else "")
         + f"; {timeouts} answers stopped at the {fmt_s(rep.time_limit_s)} limit"
     )
 
@@ -245,11 +296,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "-n", type=int, default=None, help=f"plans (default {DEFAULT_N}; quick {QUICK_N})"
     )
-    p.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="concurrent solves")
+    p.add_argument(
+        "--processes",
+        default=",".join(map(str, DEFAULT_PROCESSES)),
+        help="comma-separated solver process counts of the PlanBatch server (default 1,2)",
+    )
+    p.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="local pool size")
     p.add_argument(
         "--pool",
-        default="process",
-        help="comma-separated local pools besides PlanBatch: process, thread (default: process)",
+        default="",
+        help="comma-separated local pools besides PlanBatch: process, thread (default: none)",
     )
     p.add_argument("--progress", action="store_true", help="a line per 100 answers on stderr")
     a = p.parse_args(argv)
@@ -257,13 +313,19 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in pools if x not in POOLS]
     if bad:
         p.error(f"unknown pool {bad[0]!r}: choose from {', '.join(POOLS)}")
+    try:
+        procs = tuple(int(x) for x in a.processes.split(",") if x)
+    except ValueError:
+        p.error(f"--processes: not a comma-separated list of counts: {a.processes!r}")
+    if not procs or min(procs) < 1:
+        p.error(f"--processes: counts must be >= 1 (got {a.processes!r})")
     limit = a.time_limit or DEFAULT_TIME_LIMIT_S
     n = a.n or (QUICK_N if a.quick else DEFAULT_N)
     print(
-        header("throughput", quick=a.quick, plans=n, workers=a.workers, time_limit_s=limit),
+        header("throughput", quick=a.quick, plans=n, processes=a.processes, time_limit_s=limit),
         flush=True,
     )
-    rep = run(a.quick, n, a.workers, limit, pools, a.progress)
+    rep = run(a.quick, n, a.workers, limit, pools, a.progress, procs)
     print(render(rep))
     write_json(a.json, {"benchmark": "throughput", "report": asdict(rep)})
     return 0

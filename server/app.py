@@ -12,6 +12,7 @@ import asyncio
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -21,15 +22,18 @@ from grpc_health.v1 import health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from meshplan.server.auth import AuthInterceptor, TokenSet
+from meshplan.server.dispatch import SolveRunner, ThreadRunner
 from meshplan.server.handlers import served, service_handler
 from meshplan.server.health import BoundedReflection, Health
 from meshplan.server.memory import freeze_startup_heap, trim_periodically
 from meshplan.server.metrics import Metrics, serve_metrics
+from meshplan.server.pool import ProcessRunner
 from meshplan.server.runtime import Runtime
 from meshplan.server.scheduler import SchedulerServicer
-from meshplan.server.servicer import EvaluateFn, PlanFn, PlannerServicer
+from meshplan.server.servicer import PlannerServicer
 from meshplan.server.settings import Settings
 from meshplan.server.tls import CertificateFiles
+from meshplan.server.work import EvaluateFn, PlanFn
 from meshplan.v1 import planner_pb2
 
 log = logging.getLogger("meshplan.server")
@@ -106,6 +110,9 @@ class PlannerServer:
         try:
             self.port = self._call(self._build())
         except BaseException:
+            runtime = getattr(self, "runtime", None)
+            if runtime is not None:
+                runtime.runner.close()
             self._stop_loop()
             raise
 
@@ -123,6 +130,12 @@ class PlannerServer:
             self.metrics_port, self._close_metrics = serve_metrics(
                 self.metrics, host, s.metrics_port
             )
+
+    def wait_ready(self, timeout: float = 300.0) -> int:
+        """Wait for the solver's worker processes to start and warm up; how many are ready
+        (0 when solves run on threads)."""
+        wait = getattr(self.runtime.runner, "wait_ready", None)
+        return wait(timeout) if wait is not None else 0
 
     def drain(self, grace_s: float) -> bool:
         """NOT_SERVING; refuse new calls (UNAVAILABLE) while health still answers; wait up to
@@ -155,7 +168,7 @@ class PlannerServer:
 
     async def _build(self) -> int:
         s = self.settings
-        self.runtime = Runtime(s, self.metrics)
+        self.runtime = Runtime(s, self.metrics, self._runner())
         interceptors = [AuthInterceptor(self.tokens, self.runtime.refused)] if self.tokens else []
         self.server = grpc.aio.server(interceptors=interceptors, options=server_options(s))
         names = list(dict.fromkeys(descriptor.full_name for descriptor, _ in SERVICES))
@@ -193,6 +206,15 @@ class PlannerServer:
                 raise OSError(f"cannot listen on {where}")
         return port
 
+    def _runner(self) -> SolveRunner:
+        """Worker processes (settings.solver_processes), or threads when there are none or the
+        solver is replaced by hooks (tests, benchmarks: in-process functions)."""
+        s = self.settings
+        hooked = any(self.hooks.get(k) is not None for k in ("plan_fn", "evaluate_fn"))
+        if s.solver_processes and not hooked:
+            return ProcessRunner(s.solver_processes)
+        return ThreadRunner(s.max_concurrent_solves or 1)
+
     async def _drain(self, grace_s: float) -> bool:
         self.health.drain()
         return await self.runtime.drain(grace_s)
@@ -206,6 +228,9 @@ class PlannerServer:
         if self.health_server is not None:
             await self.health_server.stop(0)
         self.runtime.runner.close()
+        join = getattr(self.runtime.runner, "join", None)
+        if join is not None:  # the worker processes end after their solves stop
+            await asyncio.to_thread(join)
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = 60) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -227,7 +252,8 @@ def create_server(
 ) -> tuple[PlannerServer, int]:
     """A configured, not yet started server and the port it bound (settings.port 0: any free).
 
-    `plan_fn` / `evaluate_fn` replace the solver (tests, benchmarks).
+    `plan_fn` / `evaluate_fn` replace the solver (tests, benchmarks); solves then run on threads
+    of this process, whatever `settings.solver_processes` says (the hooks need not pickle).
     """
     server = PlannerServer(settings, {"plan_fn": plan_fn, "evaluate_fn": evaluate_fn})
     return server, server.port
@@ -244,12 +270,17 @@ def serve(settings: Settings, ready: threading.Event | None = None) -> int:
     handlers[signal.SIGHUP] = lambda *_: server.reload()
     previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     try:
+        started = time.monotonic()
+        warmed = server.wait_ready()  # the workers warm up before health says SERVING
         server.start()
         log.info(
-            "serving %s on %s:%d (solves=%d, queue=%d, workers/solve=%d, tls=%s, tokens=%s%s)",
+            "serving %s on %s:%d (processes=%d ready in %.1f s, solves=%d, queue=%d, "
+            "workers/solve=%d, tls=%s, tokens=%s%s)",
             SERVICE_NAME,
             settings.host,
             port,
+            warmed,
+            time.monotonic() - started,
             settings.max_concurrent_solves,
             settings.max_queued_solves,
             settings.workers_per_solve,

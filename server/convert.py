@@ -10,7 +10,9 @@ This module imports no grpc and no solver code, so the client can use it too.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from enum import Enum
+from functools import cache
 from typing import Any, TypeVar
 
 from google.protobuf import json_format
@@ -74,12 +76,48 @@ class FieldValueError(ValueError):
         self.message = message
 
 
+@dataclass(frozen=True)
+class _Field:
+    """What the conversion needs of one field, read once from its descriptor (descriptor
+    attribute reads are slow next to a dict lookup)."""
+
+    field: FieldDescriptor
+    name: str
+    presence: bool
+    repeated: bool
+    message: Descriptor | None
+    enum: EnumDescriptor | None
+    int64: bool
+    double: bool
+
+
+@cache
+def _fields(desc: Descriptor) -> dict[str, _Field]:
+    return {
+        f.name: _Field(
+            f,
+            f.name,
+            f.has_presence,
+            f.is_repeated,
+            f.message_type,
+            f.enum_type,
+            f.type in _INT64,
+            f.type in _FLOATS,
+        )
+        for f in desc.fields
+    }
+
+
 def _walk(data: dict[str, Any], desc: Descriptor, to_proto: bool) -> dict[str, Any]:
+    fields = _fields(desc)
     out: dict[str, Any] = {}
     for key, value in data.items():
-        field = desc.fields_by_name.get(key)
+        field = fields.get(key)
         if field is None:
             raise FieldValueError(key, f"{desc.full_name} has no such field")
+        if value is None and not to_proto:  # absent with presence (_read): stays None
+            out[key] = None
+            continue
         try:
             if isinstance(value, list):
                 items = [_scalar(field, v, to_proto) for v in value]
@@ -95,18 +133,18 @@ def _walk(data: dict[str, Any], desc: Descriptor, to_proto: bool) -> dict[str, A
     return out
 
 
-def _scalar(field: FieldDescriptor, value: Any, to_proto: bool) -> Any:
+def _scalar(field: _Field, value: Any, to_proto: bool) -> Any:
     if value is None:
         return None
-    if field.message_type is not None:
-        return _walk(value, field.message_type, to_proto)
-    if field.enum_type is not None:
+    if field.message is not None:
+        return _walk(value, field.message, to_proto)
+    if field.enum is not None:
         if to_proto:
-            return enum_to_proto(field.enum_type, value)
-        return enum_from_proto(field.enum_type, value)
-    if not to_proto and field.type in _INT64:
+            return enum_to_proto(field.enum, value)
+        return enum_from_proto(field.enum, value)
+    if not to_proto and field.int64:
         return int(value)
-    if field.type in _FLOATS:
+    if field.double:
         if not to_proto and isinstance(value, str):
             return float(value)  # json_format writes "NaN", "Infinity", "-Infinity"
         if to_proto and isinstance(value, float) and not math.isfinite(value):
@@ -117,38 +155,48 @@ def _scalar(field: FieldDescriptor, value: Any, to_proto: bool) -> Any:
 def message_to_dict(message: Message, *, with_defaults: bool = False) -> dict[str, Any]:
     """A proto message as a domain dict (snake_case names, domain enum values, ints).
 
-    `with_defaults` (for responses, whose pydantic models require every field) prints zero
-    scalars and gives absent fields as None; without it (requests, whose scalars are all
-    `optional`) an unset field stays absent and takes the pydantic default.
+    `with_defaults` (for responses, whose pydantic models require every field) gives zero
+    scalars, and absent fields with presence (sub-messages, `optional` scalars) as None (an
+    UNSPECIFIED enum stays absent, so it takes the pydantic default); without it (requests,
+    whose scalars are all `optional`) an unset field stays absent and takes the pydantic
+    default.
     """
-    raw = json_format.MessageToDict(
-        message,
-        preserving_proto_field_name=True,
-        always_print_fields_with_no_presence=with_defaults,
-    )
-    data = _walk(raw, message.DESCRIPTOR, to_proto=False)
-    return _fill_absent(data, message.DESCRIPTOR) if with_defaults else data
+    return _walk(_read(message, with_defaults), message.DESCRIPTOR, to_proto=False)
 
 
-def _fill_absent(data: dict[str, Any], desc: Descriptor) -> dict[str, Any]:
-    """Absent fields with presence (sub-messages, `optional` scalars) as None, recursively.
-
-    An UNSPECIFIED enum stays absent, so it takes the pydantic default."""
-    for field in desc.fields:
-        if field.has_presence and field.enum_type is None:
-            data.setdefault(field.name, None)
-        value = data.get(field.name)
-        if field.message_type is None or value is None:
-            continue
-        for item in value if isinstance(value, list) else [value]:
-            _fill_absent(item, field.message_type)
-    return data
+def _read(message: Message, with_defaults: bool) -> dict[str, Any]:
+    """The fields of a message as plain values (enums as numbers), as json_format's
+    MessageToDict lists them (with `always_print_fields_with_no_presence` when
+    `with_defaults`), read straight off the message: several times faster. The protos have no
+    maps, bytes, 32-bit floats or well-known types, whose JSON forms would differ."""
+    fields = _fields(message.DESCRIPTOR)
+    out: dict[str, Any] = {}
+    if with_defaults:
+        listed = []
+        for f in fields.values():
+            if not f.presence or message.HasField(f.name):
+                listed.append((f, getattr(message, f.name)))
+            elif f.enum is None:
+                out[f.name] = None  # absent: None, not the pydantic default
+    else:
+        listed = [(fields[fd.name], value) for fd, value in message.ListFields()]
+    for f, value in listed:
+        if f.message is None:
+            out[f.name] = list(value) if f.repeated else value
+        elif f.repeated:
+            out[f.name] = [_read(v, with_defaults) for v in value]
+        else:
+            out[f.name] = _read(value, with_defaults)
+    return out
 
 
 def dict_to_message(data: dict[str, Any], message_cls: type[M]) -> M:
     """A domain dict as a proto message; raises json_format.ParseError on a bad value."""
     mapped = _walk(data, message_cls.DESCRIPTOR, to_proto=True)
-    return json_format.ParseDict(mapped, message_cls())
+    try:  # the constructor takes nested dicts and enum names: several times faster
+        return message_cls(**mapped)
+    except (ValueError, TypeError):  # e.g. NaN as "NaN", an int64 overflow: json_format says
+        return json_format.ParseDict(mapped, message_cls())  # which field, or takes the value
 
 
 def to_proto(model: BaseModel, message_cls: type[M], *, only_set: bool = False) -> M:

@@ -1,12 +1,16 @@
 """Where solves run: one small interface between the event loop and the solver.
 
-`runner.start(fn, *args, stop=event)` begins a blocking solve off the event loop and returns an
-asyncio future that completes when the solve has really ended; setting `stop` asks it to end
-now. The runtime answers a call at its deadline without waiting for that future, and hands the
-solver slot on only when the future completes, so the slots always count what really runs.
-`ThreadRunner` uses a thread pool: CP-SAT releases the GIL while it solves, and the event loop
-that answers health, reflection and the catalog stays free. A process-pool runner only has to
-keep the same contract (forward `stop` to the worker; complete the future when it returns).
+`runner.start(fn, *args, stop=event)` begins the blocking call `fn(*args, stop=<an event>)` off
+the event loop and returns an asyncio future that completes when the call has really ended;
+setting `stop` asks it to end now (fn polls the event it is given: in-process `stop` itself, in
+a worker process a local event the runner sets when `stop` is set). The runtime answers a call at
+its deadline without waiting for that future, and hands the solver slot on only when the future
+completes, so the slots always count what really runs.
+
+- `ThreadRunner`: a thread pool in the server process (CP-SAT releases the GIL while it solves;
+  the Python that builds the model does not).
+- `server.pool.ProcessRunner`: spawned worker processes, one solve each at a time, so the solves
+  use every core. fn and its arguments must then be picklable (module-level functions).
 """
 
 from __future__ import annotations
@@ -15,32 +19,69 @@ import asyncio
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
+
+
+class StopEvent(threading.Event):
+    """A threading.Event that also calls back when set, so a runner can forward a stop to a
+    worker process at once instead of polling for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+        self._guard = threading.Lock()
+
+    def set(self) -> None:
+        with self._guard:
+            if self.is_set():
+                return
+            super().set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` once when the event is set (now, if it is); returns a function that
+        forgets the callback."""
+        with self._guard:
+            if not self.is_set():
+                self._callbacks.append(callback)
+                return partial(self._forget, callback)
+        callback()
+        return lambda: None
+
+    def _forget(self, callback: Callable[[], None]) -> None:
+        with self._guard:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
 
 
 class SolveRunner(Protocol):
     """Runs blocking solves off the event loop."""
 
     def start(self, fn: Callable[..., T], *args: Any, stop: threading.Event) -> asyncio.Future[T]:
-        """Begin fn(*args); the future completes with its result once it has returned."""
+        """Begin fn(*args, stop=...); the future completes with its result once it has returned."""
         ...
 
     def close(self) -> None:
-        """Release the workers (solves still running are left to finish)."""
+        """Release the workers (solves still running are told to stop)."""
         ...
 
 
 class ThreadRunner:
-    """SolveRunner over a thread pool of `workers` threads (one per solver slot); the solver
-    itself polls `stop` (solver.plan's stop_event), so the runner only has to pass it on."""
+    """SolveRunner over a thread pool of `workers` threads (one per solver slot); fn polls
+    `stop` itself (solver.plan's stop_event), so the runner only has to pass it on."""
+
+    processes = 0  # solves run in the server process
 
     def __init__(self, workers: int) -> None:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshplan-solve")
 
     def start(self, fn: Callable[..., T], *args: Any, stop: threading.Event) -> asyncio.Future[T]:
-        return asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+        return asyncio.get_running_loop().run_in_executor(self.pool, partial(fn, *args, stop=stop))
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

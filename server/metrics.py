@@ -7,6 +7,7 @@ conventions (https://prometheus.io/docs/practices/naming/): base units, `_total`
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -43,7 +44,8 @@ class Metrics:
         )
         self.solve_seconds = Histogram(
             "meshplan_solve_duration_seconds",
-            "Wall time of one solve (one plan, one evaluation or one batch request) on a solver slot.",
+            "Wall time of one solve (a plan, an evaluation, a batch request or a scheduler "
+            "query's cell) on a solver slot.",
             ["method"],
             buckets=_BUCKETS,
             registry=r,
@@ -69,6 +71,16 @@ class Metrics:
         self.calls_in_progress = Gauge(
             "meshplan_calls_in_progress", "Planner calls admitted and not yet answered.", registry=r
         )
+        self._children: dict[tuple[object, ...], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """metric.labels(*labels), kept: a labelled child found again in a dict lookup (the
+        client library's labels() takes a lock and checks its arguments on every call)."""
+        key = (id(metric), *labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
 
 def serve_metrics(metrics: Metrics, host: str, port: int) -> tuple[int, Callable[[], None]]:

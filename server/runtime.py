@@ -31,6 +31,7 @@ from meshplan.server.limits import (
 )
 from meshplan.server.logs import FIELDS
 from meshplan.server.metrics import Metrics
+from meshplan.server.pool import WorkerLost
 from meshplan.server.settings import Settings
 from meshplan.server.validate import bad_request_status, shorten
 
@@ -83,10 +84,10 @@ class Runtime:
         """The call's one log line and its metrics."""
         elapsed = time.monotonic() - call.started
         m = self.metrics
-        m.calls.labels(call.method, status).inc()
-        m.call_seconds.labels(call.method).observe(elapsed)
+        m.child(m.calls, call.method, status).inc()
+        m.child(m.call_seconds, call.method).observe(elapsed)
         if status == "RESOURCE_EXHAUSTED":
-            m.rejected.labels(call.method).inc()
+            m.child(m.rejected, call.method).inc()
         fields: dict[str, Any] = {
             "method": call.method,
             "request_id": call.request_id,
@@ -224,6 +225,8 @@ class Runtime:
         """fn(*args) on a solver slot, after the call's fair turn. If the call ends first
         (cancelled, or its deadline), its stop event is set and it ends at once; the slot is
         handed on when the solve has really returned."""
+        if call.stop.is_set():  # the call ended while this solve waited to be asked for
+            raise RpcFailure(grpc.StatusCode.CANCELLED, "the call ended before the solve began")
         m = self.metrics
         m.solves_queued.inc()
         try:
@@ -235,7 +238,7 @@ class Runtime:
 
         def finished(_: object) -> None:
             took = time.monotonic() - started
-            m.solve_seconds.labels(method).observe(took)
+            m.child(m.solve_seconds, method).observe(took)
             m.solves_in_flight.dec()
             self.slots.release(call.caller)
 
@@ -247,6 +250,8 @@ class Runtime:
         future.add_done_callback(finished)
         try:
             return await asyncio.shield(future)
+        except WorkerLost as err:  # the pool replaced the process: say so, plainly
+            raise RpcFailure(grpc.StatusCode.INTERNAL, f"{err}; retry the call") from err
         except asyncio.CancelledError:
             call.stop.set()  # the solver polls it (and tells CP-SAT to stop)
             future.add_done_callback(_retrieve)  # its outcome is moot now

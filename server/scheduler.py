@@ -2,16 +2,23 @@
 TrainingFront, registered next to PlannerServicer in server.app.SERVICES.
 
 Each goes through the shared Runtime like a plan: an admission ticket (the per-caller limits),
-the call's capped deadline, the log line and the metrics; its work runs on one solver slot
-(`Runtime.solve`, a fair turn like any solve) for the whole query, under a `Budget` made of the
-call's stop event (set on cancel or deadline) and its deadline less the time kept back to send
-the answer. Answers are memoised by cache key as response messages (the same request gives the
+the call's capped deadline, the log line and the metrics. The query itself (checks, the
+observations' fit, envelopes, answers) runs on a thread of the server; each of its cells is a
+solve of its own (`Runtime.solve`: a fair turn on a solver slot, in a worker process when the
+pool has them), so a curve's cells spread over the pool, all under a `Budget` made of the call's
+stop event (set on cancel or deadline) and its deadline less the time kept back to send the
+answer. Answers are memoised by cache key as response messages (the same request gives the
 same bytes); the curves that SmallestAllocation and TrainingFront walk are memoised too.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import grpc
@@ -23,6 +30,7 @@ from meshplan.server.limits import CallState, RpcFailure
 from meshplan.server.requests import check_message, parse
 from meshplan.server.runtime import Runtime
 from meshplan.server.validate import Violation, shorten
+from meshplan.server.work import cell_call
 from meshplan.solver.scheduler import (
     AdmitRequest,
     AnswerCache,
@@ -40,6 +48,7 @@ from meshplan.solver.scheduler import (
     smallest_allocation,
     training_front,
 )
+from meshplan.solver.scheduler.cells import CellOutcome, CellSolver, CellTask
 from meshplan.v1 import scheduler_pb2
 
 ANSWER_CACHE_ENTRIES = 256  # answers kept (a 256-cell curve is ~100 KB)
@@ -61,6 +70,10 @@ class SchedulerServicer:
         self.settings = runtime.settings
         self.answers: AnswerCache[Message] = AnswerCache(ANSWER_CACHE_ENTRIES)
         self.curves: AnswerCache[CurveResult] = AnswerCache(ANSWER_CACHE_ENTRIES)
+        # one thread per query in progress at most (its cells run on the solver slots)
+        self.queries = ThreadPoolExecutor(
+            max_workers=min(64, runtime.admission.total), thread_name_prefix="meshplan-query"
+        )
         cost_model_version()  # hashes the core's files once, now, not in a call on the loop
 
     # --- RPCs -------------------------------------------------------------------------------
@@ -86,17 +99,23 @@ class SchedulerServicer:
             key = _answer_key(method, req)
             if key is not None and (hit := self.answers.get(key)) is not None:
                 return hit
-            answer = await self.rt.solve(call, method, self._run, method, req, call)
+            loop = asyncio.get_running_loop()
+            answer = await loop.run_in_executor(self.queries, self._run, method, req, call, loop)
             if key is not None:
                 self.answers.put(key, answer)
             return answer
 
         return await self.rt.unary(method, context, request, body)
 
-    def _run(self, method: str, req: Any, call: CallState) -> Message:
-        """On a solver thread: the query under the call's budget, and its response message."""
+    def _run(
+        self, method: str, req: Any, call: CallState, loop: asyncio.AbstractEventLoop
+    ) -> Message:
+        """On a query thread: the query under the call's budget (its cells solved through the
+        runtime's slots), and its response message."""
+        budget = self._budget(call)
+        cells = partial(self._cells, method, call, loop)
         try:
-            result = _answer(method, self._capped(req), self._budget(call), self.curves)
+            result = _answer(method, self._capped(req), budget, self.curves, cells)
         except SchedulerInputError as err:
             violation = Violation(err.field, shorten(err.description, 300))
             raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(err), [violation]) from err
@@ -104,6 +123,35 @@ class SchedulerServicer:
             code = grpc.StatusCode.CANCELLED if err.cancelled else grpc.StatusCode.DEADLINE_EXCEEDED
             raise RpcFailure(code, f"{method} stopped: {err}") from err
         return to_proto(result, QUERIES[method][1])
+
+    def _cells(
+        self,
+        method: str,
+        call: CallState,
+        loop: asyncio.AbstractEventLoop,
+        tasks: Sequence[CellTask],
+        budget: Budget,
+    ) -> list[CellOutcome]:
+        """The CellSolver of a query: every cell a solve on the runtime's slots, in order."""
+        budget.check()
+        futures = [
+            asyncio.run_coroutine_threadsafe(
+                self.rt.solve(call, method, cell_call, task, budget.deadline), loop
+            )
+            for task in tasks
+        ]
+        try:
+            out = []
+            for future in futures:
+                try:
+                    out.append(future.result())
+                except (RpcFailure, concurrent.futures.CancelledError):
+                    budget.check()  # the call ended: say so as the query does
+                    raise
+            return out
+        finally:
+            for future in futures:
+                future.cancel()
 
     def _capped(self, req: Any) -> Any:
         """Each cell's time limit capped by the server's max_time_limit_s."""
@@ -122,14 +170,20 @@ class SchedulerServicer:
         return Budget(stop=call.stop, deadline=time.monotonic() + remaining - keep)
 
 
-def _answer(method: str, req: Any, budget: Budget, curves: AnswerCache[CurveResult]) -> BaseModel:
+def _answer(
+    method: str,
+    req: Any,
+    budget: Budget,
+    curves: AnswerCache[CurveResult],
+    cells: CellSolver,
+) -> BaseModel:
     if method == "ScalingCurve":
-        return scaling_curve(req, budget, curves)
+        return scaling_curve(req, budget, curves, cells)
     if method == "Replan":
-        return replan(req, budget)
+        return replan(req, budget, solver=cells)
     if method == "SmallestAllocation":
-        return smallest_allocation(req, budget, curves=curves)
-    return training_front(req, budget, curves=curves)
+        return smallest_allocation(req, budget, curves=curves, solver=cells)
+    return training_front(req, budget, curves=curves, solver=cells)
 
 
 def _answer_key(method: str, req: Any) -> str | None:

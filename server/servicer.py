@@ -3,70 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from meshplan.server.convert import to_proto
 from meshplan.server.limits import CallState, RpcFailure
 from meshplan.server.logs import FIELDS
 from meshplan.server.requests import Malformed, bad, check_message, check_strings, parse
 from meshplan.server.runtime import Runtime, internal
-from meshplan.server.validate import Violation, echo, from_solver_error
-from meshplan.solver.results import Evaluation, PlanResult, PlanStatus
+from meshplan.server.work import EvaluateFn, PlanFn, SolveLimits, evaluate_call, plan_call
 from meshplan.solver.schema import EvaluateRequest, PlanRequest
 from meshplan.v1 import planner_pb2
 
 log = logging.getLogger("meshplan.server")
 
-PlanFn = Callable[..., PlanResult]
-EvaluateFn = Callable[..., Evaluation]
-_NO_PLAN = {"UNKNOWN", "MODEL_INVALID"}  # CP-SAT statuses that mean "nothing found yet"
-_PARSE_FIELD = re.compile(r"Failed to parse (\w+) field")
-_OVERRIDES = ("intra_node_gbps", "inter_node_gbps", "peak_bf16_tflops", "hbm_gib")
-
-
-def _default_plan(req: PlanRequest, stop_event: Any = None) -> PlanResult:
-    from meshplan import solver
-
-    return solver.plan(req, stop_event=stop_event)
-
-
-def _default_evaluate(req: EvaluateRequest) -> Evaluation:
-    from meshplan import solver
-
-    return solver.evaluate(req)
-
-
-def _takes_stop_event(fn: Callable[..., Any]) -> bool:
-    try:
-        return "stop_event" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _invalid(err: Exception, req: Any, prefix: str = "") -> RpcFailure:
-    """The solver's ValueError / KeyError / OverflowError on a valid-looking request."""
-    if isinstance(err, OverflowError):  # numbers beyond the model's integers: name the overrides
-        cluster = req.cluster
-        fields = [f for f in _OVERRIDES if getattr(cluster, f, None) is not None]
-        where = [f"{prefix}.cluster.{f}" if prefix else f"cluster.{f}" for f in fields]
-        text = f"the numbers this request implies exceed the planner's integer range: {err}"
-        violations = [
-            Violation(w, f"{text} (got {echo(getattr(cluster, f))})")
-            for w, f in zip(where, fields, strict=True)
-        ]
-        return RpcFailure(
-            grpc.StatusCode.INVALID_ARGUMENT, text, violations or [Violation(prefix, text)]
-        )
-    violations = from_solver_error(err, req, prefix)
-    return RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, violations[0].description, violations)
+_ITEM_ERROR_FIELDS = 8  # field violations kept per batch item
 
 
 class PlannerServicer:
@@ -77,9 +31,8 @@ class PlannerServicer:
     ) -> None:
         self.rt = runtime
         self.settings = runtime.settings
-        self.plan_fn = plan_fn or _default_plan
-        self.evaluate_fn = evaluate_fn or _default_evaluate
-        self._stop_kwarg = _takes_stop_event(self.plan_fn)
+        self.plan_fn = plan_fn  # None: solver.plan (in a worker process, if the pool has them)
+        self.evaluate_fn = evaluate_fn
         self._catalog: planner_pb2.ListCatalogResponse | None = None
 
     # --- RPCs -------------------------------------------------------------------------------
@@ -94,7 +47,7 @@ class PlannerServicer:
     async def Evaluate(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
         async def body(request: Any, call: CallState) -> planner_pb2.EvaluateResponse:
             req = parse(self._message(request), EvaluateRequest)
-            return await self.rt.solve(call, "Evaluate", self._evaluate, req)
+            return await self.rt.solve(call, "Evaluate", evaluate_call, req, self.evaluate_fn)
 
         return await self.rt.unary("Evaluate", context, request, body)
 
@@ -128,63 +81,21 @@ class PlannerServicer:
         self, req: PlanRequest, call: CallState, prefix: str = ""
     ) -> planner_pb2.PlanResponse:
         """One solve under the call's limits; raises RpcFailure for what is not a plan."""
-        return await self.rt.solve(call, "Plan", self._solve, req, call, prefix)
-
-    def _solve(self, req: PlanRequest, call: CallState, prefix: str) -> planner_pb2.PlanResponse:
-        """On a solver thread: the time limit from the deadline left now, the solve, the proto."""
-        req, capped = self._limited(req, call)
-        kwargs = {"stop_event": call.stop} if self._stop_kwarg else {}
-        try:
-            result = self.plan_fn(req, **kwargs)
-        except (ValueError, KeyError, OverflowError) as err:
-            raise _invalid(err, req, prefix) from err
-        except TimeoutError as err:  # stopped, or out of time, before any plan was found
-            code = "CANCELLED" if call.stop.is_set() and not capped else "DEADLINE_EXCEEDED"
-            raise RpcFailure(grpc.StatusCode[code], f"no plan found: {err}") from err
-        if call.stop.is_set():  # the call ended (cancelled, or its deadline passed) mid-solve
-            raise RpcFailure(grpc.StatusCode.CANCELLED, "call ended during the solve")
-        found = result.status != PlanStatus.INFEASIBLE
-        if capped and not found and result.solver is not None and result.solver.status in _NO_PLAN:
-            raise RpcFailure(
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                f"no plan found within the deadline ({req.options.time_limit_s:.3f} s of solving)",
-            )
-        self.rt.metrics.plans.labels(result.status.value).inc()
-        return to_proto(result, planner_pb2.PlanResponse)
-
-    def _evaluate(self, req: EvaluateRequest) -> planner_pb2.EvaluateResponse:
-        try:
-            result = self.evaluate_fn(req)
-        except (ValueError, KeyError, OverflowError) as err:
-            raise _invalid(err, req) from err
-        try:
-            return to_proto(result, planner_pb2.EvaluateResponse)
-        except json_format.ParseError as err:  # a figure beyond its proto field (e.g. int64)
-            path = ".".join(_PARSE_FIELD.findall(str(err))) or "result"
-            bad(
-                "config",
-                f"this layout's {path} is beyond what the answer can hold: the layout's values are far too large",
-            )
-
-    def _limited(self, req: PlanRequest, call: CallState) -> tuple[PlanRequest, bool]:
-        """The request with its time limit capped by the settings and the call's deadline.
-
-        Returns the request and whether the deadline (not the request) set the limit.
-        """
-        s, opts = self.settings, req.options
-        asked = opts.time_limit_s if "time_limit_s" in opts.model_fields_set else None
-        limit = min(asked or s.default_time_limit_s, s.max_time_limit_s)
-        remaining = call.remaining() * (1 - s.deadline_reserve) - s.deadline_margin_s
-        capped = remaining < limit
-        if capped:
-            limit = remaining
-            if limit <= 0:
-                raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "no time left to solve")
-        workers = s.workers_per_solve
-        if "num_workers" in opts.model_fields_set:
-            workers = min(opts.num_workers, workers)
-        options = opts.model_copy(update={"time_limit_s": limit, "num_workers": workers})
-        return req.model_copy(update={"options": options}), capped
+        s = self.settings
+        limits = SolveLimits(
+            deadline=call.deadline,
+            default_time_limit_s=s.default_time_limit_s,
+            max_time_limit_s=s.max_time_limit_s,
+            deadline_reserve=s.deadline_reserve,
+            deadline_margin_s=s.deadline_margin_s,
+            workers_per_solve=s.workers_per_solve,
+        )
+        status, answer = await self.rt.solve(
+            call, "Plan", plan_call, req, limits, prefix, self.plan_fn
+        )
+        m = self.rt.metrics
+        m.child(m.plans, status).inc()
+        return answer
 
     async def _batch(
         self, request: Any, call: CallState
@@ -255,6 +166,6 @@ def _item_error(failure: RpcFailure) -> planner_pb2.ItemError:
         message=failure.message[:1000],
         field_violations=[
             planner_pb2.FieldViolation(field=v.field, description=v.description[:300])
-            for v in failure.violations[:8]
+            for v in failure.violations[:_ITEM_ERROR_FIELDS]
         ],
     )

@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-def _default_solves() -> int:
-    return max(1, (os.cpu_count() or 1) // 2)
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity mask, capped by a cgroup v2 CPU quota (a
+    container's `limits.cpu`), at least one."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):  # no cgroup v2 quota
+        pass
+    return max(1, cpus)
 
 
 class Settings(BaseSettings):
@@ -24,9 +37,18 @@ class Settings(BaseSettings):
     port: int = Field(default=50051, description="Port to bind (0: any free port).", ge=0, le=65535)
 
     # --- solver capacity --------------------------------------------------------------------
-    max_concurrent_solves: int = Field(
-        default_factory=_default_solves,
-        description="Solves running at once (count; default: half the CPUs).",
+    solver_processes: int | None = Field(
+        default=None,
+        description="Worker processes that run the solves, one solve each at a time (count; "
+        "unset: max_concurrent_solves if set, else one per usable CPU; 0: no worker processes, "
+        "solves run on threads of the server process).",
+        ge=0,
+        le=1024,
+    )
+    max_concurrent_solves: int | None = Field(
+        default=None,
+        description="Solves running at once (count; unset: solver_processes, or half the CPUs "
+        "when solves run on threads).",
         ge=1,
         le=1024,
     )
@@ -79,7 +101,8 @@ class Settings(BaseSettings):
     )
     max_solves_per_caller: int = Field(
         default=0,
-        description="Solves one caller may run at once (count; 0: half the solver slots, >= 1).",
+        description="Solves one caller may run at once (count; 0: half the solver slots, >= 1; "
+        "a single-tenant server sets it to max_concurrent_solves so one batch uses every slot).",
         ge=0,
         le=1024,
     )
@@ -204,6 +227,15 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
+        if self.solver_processes is None:
+            self.solver_processes = self.max_concurrent_solves or usable_cpus()
+        if self.max_concurrent_solves is None:
+            self.max_concurrent_solves = self.solver_processes or max(1, usable_cpus() // 2)
+        if self.solver_processes and self.max_concurrent_solves > self.solver_processes:
+            raise ValueError(
+                f"max_concurrent_solves ({self.max_concurrent_solves}) exceeds solver_processes "
+                f"({self.solver_processes}): each solve runs in its own process"
+            )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both or neither")
         if self.tls_client_ca is not None and self.tls_cert is None:
@@ -213,9 +245,10 @@ class Settings(BaseSettings):
     @property
     def solves_per_caller(self) -> int:
         """max_solves_per_caller, with 0 read as half the solver slots (at least one)."""
+        slots = self.max_concurrent_solves or 1
         if self.max_solves_per_caller:
-            return min(self.max_solves_per_caller, self.max_concurrent_solves)
-        return max(1, math.ceil(self.max_concurrent_solves / 2))
+            return min(self.max_solves_per_caller, slots)
+        return max(1, math.ceil(slots / 2))
 
     @property
     def connection_age_grace_s(self) -> float:

@@ -79,12 +79,13 @@ def test_latency_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 def test_throughput_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rep = _run(throughput, tmp_path, capsys)
     paths = [r["path"] for r in rep["results"]]
-    assert paths == ["PlanBatch (gRPC)", f"process pool x{throughput.DEFAULT_WORKERS}"]
+    assert paths == [f"PlanBatch (gRPC) x{p}" for p in throughput.DEFAULT_PROCESSES]
+    assert [r["processes"] for r in rep["results"]] == list(throughput.DEFAULT_PROCESSES)
     for r in rep["results"]:
         assert r["requests"] == r["answered"] == throughput.QUICK_N
         assert sum(r["statuses"].values()) == throughput.QUICK_N
         assert r["seconds"] > 0 and all(t > 0 for t in r["plan_wall_s"])
-    # the same requests give the same answers both ways
+    # the same requests give the same answers on 1 and on 2 processes
     assert rep["results"][0]["statuses"] == rep["results"][1]["statuses"]
 
 

@@ -12,7 +12,9 @@ import csv
 import io
 import json
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -153,6 +155,42 @@ def test_batch_cli_writes_json_lines_and_csv(tmp_path: Path) -> None:
         table = list(csv.DictReader(out_csv.open()))
         assert sorted(int(r["index"]) for r in table) == [0, 1, 2]
         assert {r["status"] for r in table} == {"INFEASIBLE"} and table[0]["gpu"] == "h100-sxm-80gb"
+
+
+def test_batch_cli_keeps_a_chunk_in_flight_on_every_server(tmp_path: Path) -> None:
+    """Two servers, chunks of 2: the servers solve at the same time (one chunk in flight on
+    each), and every request is answered once, with a bad request's path counted in the whole
+    file."""
+    good = {"model": {"preset": "llama3-8b"}, "cluster": {"num_gpus": 8}}
+    bad = {"model": {"preset": "no-such-model"}, "cluster": {"num_gpus": 8}}
+    spans: dict[str, list[tuple[float, float]]] = {"a": [], "b": []}
+
+    def timed(name: str) -> Any:
+        def plan(req: PlanRequest) -> PlanResult:
+            started = time.monotonic()
+            time.sleep(0.2)
+            spans[name].append((started, time.monotonic()))
+            return fake_plan(req)
+
+        return plan
+
+    with (
+        running_server(plan_fn=timed("a"), max_concurrent_solves=1) as (a, _),
+        running_server(plan_fn=timed("b"), max_concurrent_solves=1) as (b, _),
+    ):
+        out = tmp_path / "out.jsonl"
+        args = _batch_args(tmp_path, a, str(out), [good, good, good, bad, good, good, good, good])
+        args.server = f"{LOOPBACK}:{a},{LOOPBACK}:{b}"
+        assert run_batch(args) == 1
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["index"] for r in rows) == list(range(8))
+    errors = [r for r in rows if "error" in r]
+    assert [e["index"] for e in errors] == [3]
+    assert errors[0]["error"]["field_violations"][0]["field"] == "requests[3].model.preset"
+    overlap = [
+        (x, y) for x in spans["a"] for y in spans["b"] if x[0] < y[1] and y[0] < x[1]
+    ]  # solves on both servers at once: sent one chunk at a time, there would be none
+    assert overlap, spans
 
 
 def test_batch_cli_rejects_an_unreadable_file(tmp_path: Path) -> None:

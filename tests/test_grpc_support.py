@@ -104,10 +104,12 @@ class BlockingPlan:
 
 @contextmanager
 def running_server(**overrides: object) -> Iterator[tuple[int, PlannerServer]]:
-    """A started in-process server on a free loopback port; stopped on exit."""
+    """A started in-process server on a free loopback port; stopped on exit. Solves run on
+    threads unless `solver_processes` is given (worker processes take seconds to start)."""
     plan_fn = overrides.pop("plan_fn", None)
     evaluate_fn = overrides.pop("evaluate_fn", None)
-    settings = Settings(**{"host": LOOPBACK, "port": 0, "grace_period_s": 0.0, **overrides})
+    base = {"host": LOOPBACK, "port": 0, "grace_period_s": 0.0, "solver_processes": 0}
+    settings = Settings(**{**base, **overrides})
     server, port = create_server(settings, plan_fn=plan_fn, evaluate_fn=evaluate_fn)
     server.start()
     try:

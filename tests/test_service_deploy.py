@@ -84,6 +84,7 @@ def test_manifests_agree_with_each_other_and_with_the_server() -> None:
     requests, limits = container["resources"]["requests"], container["resources"]["limits"]
     assert {"cpu", "memory"} <= requests.keys() and {"cpu", "memory"} <= limits.keys()
     assert settings.max_concurrent_solves <= int(requests["cpu"])  # a solver slot per CPU
+    assert settings.solver_processes == int(limits["cpu"])  # a solver process per CPU
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     secrets = {
         v["name"]: v["secret"]["secretName"] for v in pod["spec"]["volumes"] if "secret" in v

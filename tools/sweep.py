@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import signal
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -131,14 +130,18 @@ def solve_request(
 
 
 def solve_local(jobs: Sequence[Job], workers: int = 0) -> Iterator[Outcome]:
-    """Solve in-process: a pool of `workers` processes (0: one per CPU), in the order they finish."""
+    """Solve in-process: a pool of `workers` processes (0: one per usable CPU, as the server
+    counts them), in the order they finish."""
+    from meshplan.server.pool import one_thread_per_library
+    from meshplan.server.settings import usable_cpus
+
     todo = []
     for job in jobs:
         if job.model.error:
             yield Outcome(job, error=job.model.error)
         else:
             todo.append(job)
-    workers = min(workers or os.cpu_count() or 1, len(todo))
+    workers = min(workers or usable_cpus(), len(todo))
     if workers <= 1:
         for job in todo:
             yield _outcome(job, *interruptible(lambda stop, r=job.request: solve_request(r, stop)))
@@ -149,8 +152,11 @@ def solve_local(jobs: Sequence[Job], workers: int = 0) -> Iterator[Outcome]:
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
         main = threading.current_thread() is threading.main_thread()  # signals: main only
         before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-        try:  # submit() starts the worker processes
-            futures: dict[Future, Job] = {pool.submit(solve_request, j.request): j for j in todo}
+        try:  # submit() starts the worker processes, each with one BLAS thread (server.pool)
+            with one_thread_per_library():
+                futures: dict[Future, Job] = {
+                    pool.submit(solve_request, j.request): j for j in todo
+                }
         finally:
             if main:
                 signal.signal(signal.SIGINT, before)
@@ -179,6 +185,7 @@ def solve_remote(
     """Solve through PlanBatch on `servers` (round-robin). A failed call raises PlannerError."""
     from meshplan.client.exceptions import PlannerError
     from meshplan.client.sync import PlannerClient, plan_message
+    from meshplan.tools.batch import send_chunks
 
     ready: list[tuple[Job, PlanRequest]] = []
     for job in jobs:
@@ -194,18 +201,17 @@ def solve_remote(
             continue
         ready.append((job, req))
     with PlannerClient(list(servers)) as client:
-        for start in range(0, len(ready), max(1, chunk)):
-            part = ready[start : start + max(1, chunk)]
-            for item in client.plan_batch([r for _, r in part], timeout=timeout):
-                job = part[item.index][0]
-                if item.error is not None:
-                    err = item.error
-                    fields = "; ".join(
-                        f"{v.field}: {v.description}" for v in getattr(err, "violations", [])
-                    )
-                    yield Outcome(job, error=f"{err.code.name}: {fields or err.message}")
-                else:
-                    yield Outcome(job, result=item.result)
+        reqs = [r for _, r in ready]
+        for item in send_chunks(client, reqs, chunk, timeout, in_flight=len(servers)):
+            job = ready[item.index][0]
+            if item.error is not None:
+                err = item.error
+                fields = "; ".join(
+                    f"{v.field}: {v.description}" for v in getattr(err, "violations", [])
+                )
+                yield Outcome(job, error=f"{err.code.name}: {fields or err.message}")
+            else:
+                yield Outcome(job, result=item.result)
 
 
 def flat_row(out: Outcome) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""One cell = one plan under the batch policy. Every query computes its cells through
-`solve_cells`, so a process pool can replace the loop in one place.
+"""One cell = one plan under the batch policy. Every query computes its cells through a
+`CellSolver` (default `solve_cells`, a loop in this thread); the server passes one that sends
+each cell to its pool of worker processes (CellTask, CellOutcome and QueryStopped pickle).
 
 Under FIXED_GLOBAL a cell pins training.global_batch_tokens; under FREE it caps it; under
 FIXED_PER_REPLICA it tries each data-parallel degree d (pinned) with a global batch of d x the
@@ -36,6 +37,9 @@ class QueryStopped(TimeoutError):
     def __init__(self, message: str, cancelled: bool) -> None:
         super().__init__(message)
         self.cancelled = cancelled
+
+    def __reduce__(self) -> tuple[object, ...]:  # crosses from a worker process intact
+        return (QueryStopped, (str(self), self.cancelled))
 
 
 @dataclass
@@ -104,14 +108,6 @@ def _one(task: CellTask, training: TrainingSpec, search: SearchSpec, budget: Bud
     except TimeoutError:
         budget.check()
         return CellOutcome(CellStatus.UNSOLVED, None, "no layout found within the time limit")
-    except ValueError:
-        if not task.explain:
-            raise
-        # The smallest-count search can step past the cluster-size cap: answer without it.
-        retry = req.model_copy(
-            update={"options": req.options.model_copy(update={"explain": False})}
-        )
-        res = plan(retry, stop_event=budget.stop)
     budget.check()  # a plan cut short by the stop event is not an answer
     if res.status is not PlanStatus.INFEASIBLE:
         return CellOutcome(CellStatus.PLANNED, res)
