@@ -187,13 +187,16 @@ def test_cancelled_call_stops_the_real_solve(port: int, recorder: RecordingPlan)
     returns at once.
 
     The server's part (cancel -> stop event within 50 ms) is measured exactly in test_grpc_limits;
-    here the solver checks for a stop every 512 rows of a table (a few ms), so the bound leaves
-    room for a busy CI machine.
+    here the solver checks for a stop between chunks of its tables and between CP-SAT rounds.
+    The request (16 alternatives on up to 131,072 GPUs) runs for seconds, so an answer within
+    the bound is a stop, not the end of the solve; the bound leaves room for a busy CI machine.
     """
     latencies = []
     with raw_stub(port) as stub:
         for delay in (0.5, 1.0):
-            future = stub.Plan.future(plan_message(big_request(60)), timeout=60)
+            req = big_request(60)
+            req = req.model_copy(update={"options": req.options.model_copy(update={"top_k": 16})})
+            future = stub.Plan.future(plan_message(req), timeout=60)
             time.sleep(delay)
             count = len(recorder.returned)
             cancelled = time.monotonic()
@@ -203,7 +206,7 @@ def test_cancelled_call_stops_the_real_solve(port: int, recorder: RecordingPlan)
                 time.sleep(0.001)
             assert len(recorder.returned) > count, "the solve did not stop"
             latencies.append(recorder.returned[-1] - cancelled)
-    assert min(latencies) < 0.05 and max(latencies) < 0.25, latencies
+    assert min(latencies) < 0.25 and max(latencies) < 1.0, latencies
 
 
 def test_32_concurrent_clients(port: int) -> None:
