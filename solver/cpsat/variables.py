@@ -49,6 +49,8 @@ class Axes:
         }  # position in sp.pv -> Boolean
         m.add_exactly_one(self.pv.values())
         self._lits: dict[tuple[str, frozenset[int]], Literal] = {}
+        self._masks: dict[tuple, list[tuple[object, np.ndarray]]] = {}
+        self._values: dict[str, list[int]] = {}
         self._channel(pps)
 
     def _channel(self, pps: list[int]) -> None:
@@ -73,7 +75,9 @@ class Axes:
         """Positions of the axis values in the model (rows for "lay")."""
         if axis == "pv":
             return list(self.pv)
-        return np.unique(self.col[axis]).tolist()
+        if axis not in self._values:
+            self._values[axis] = np.unique(self.col[axis]).tolist()
+        return self._values[axis]
 
     def any_of(self, axis: str, keys: Sequence[int]) -> Literal:
         """A literal true iff the axis takes one of the values at these positions (True when
@@ -108,6 +112,19 @@ class Axes:
         for i in self.values(axis):
             out.setdefault(key(dom[i]), []).append(i)
         return out
+
+    def key_masks(
+        self, axis: str, key: Callable[[object], object]
+    ) -> list[tuple[object, np.ndarray]]:
+        """Per key of the axis values in the model: which combinations take one of its values
+        (made once per axis and key function)."""
+        k = (axis, key)
+        if k not in self._masks:
+            self._masks[k] = [
+                (kv, np.isin(self.col[axis], keys))
+                for kv, keys in self.key_positions(axis, key).items()
+            ]
+        return self._masks[k]
 
     # -- points -------------------------------------------------------------------------
     def _find(self, p: Point) -> tuple[int, int] | None:
