@@ -107,10 +107,11 @@ def _at_z(a: np.ndarray, j: int) -> np.ndarray:
     return a[:, :, j if a.shape[2] > 1 else 0]
 
 
-def _combine(tb: Tables, v, z_ok: np.ndarray) -> np.ndarray:  # noqa: ANN001
+def _combine(tb: Tables, v, z_ok: np.ndarray, zpos: list[int] | None = None) -> np.ndarray:  # noqa: ANN001
     """From every sum's bound, v(k) for sum k, each (units, |rs|, |zs|, ...) or of size 1 on the
     axes it does not depend on: the least objective where every stage's memory fits (inf
-    elsewhere), a whole number. `z_ok` broadcasts against v(0). One sum at a time, so large
+    elsewhere), a whole number. `z_ok` broadcasts against v(0); `zpos`: the ZeRO stages (their
+    positions in the space's) that the z axis holds, default all. One sum at a time, so large
     batches stay in cache."""
     cm = tb.sp.cm
     t = v(0)
@@ -124,9 +125,8 @@ def _combine(tb: Tables, v, z_ok: np.ndarray) -> np.ndarray:  # noqa: ANN001
             k += 2
         fits = fits & (used <= cm.budget)
     t = np.broadcast_to(t, np.broadcast_shapes(t.shape, fits.shape)).copy()
-    for j in range(len(tb.sp.zs)):
-        t[:, :, j] += np.maximum(0.0, _at_z(v(k), j) - _at_z(v(k + 1), j))
-        k += 2
+    for j, zj in enumerate(range(len(tb.sp.zs)) if zpos is None else zpos):
+        t[:, :, j] += np.maximum(0.0, _at_z(v(k + 2 * zj), j) - _at_z(v(k + 2 * zj + 1), j))
     return np.where(fits & ~np.isnan(t), np.floor(t), np.inf)
 
 
@@ -227,12 +227,16 @@ class Fine(NamedTuple):
 
 
 class _Batch:
-    """Some rows' points but for r and z, as padded axes of arrays: pipelines (P), expert groups
-    (T) and micro-batch shapes (D), positions in the space's domains (`mask`: real entries)."""
+    """Some rows' points but for r, as padded axes of arrays: pipelines (P), expert groups (T)
+    and micro-batch shapes (D), positions in the space's domains (`mask`: real entries), and
+    the ZeRO stages `zpos` (positions in the space's) that every one of the rows runs."""
 
-    def __init__(self, tb: Tables, rows: list[int], lists: dict[str, list[np.ndarray]]) -> None:
+    def __init__(
+        self, tb: Tables, rows: list[int], lists: dict[str, list[np.ndarray]], zpos: list[int]
+    ) -> None:
         self.tb, self.rows = tb, np.array(rows, dtype=np.int64)
         self.lists = lists  # per axis ("pv", "te", "db"): each row's positions
+        self.zpos = zpos
         self.pos: dict[str, np.ndarray] = {}
         self.mask: dict[str, np.ndarray] = {}
         for axis, lists in self.lists.items():
@@ -242,7 +246,7 @@ class _Batch:
             for i, x in enumerate(lists):
                 pos[i, : len(x)], mask[i, : len(x)] = x, True
             self.pos[axis], self.mask[axis] = pos, mask
-        n, nr, nz = len(rows), len(tb.sp.rs), len(tb.sp.zs)
+        n, nr, nz = len(rows), len(tb.sp.rs), len(zpos)
         self.shape = (n, nr, nz, *(self.pos[a].shape[1] for a in ("pv", "te", "db")))
         # (rows, factors, width): each factor of the axis at each (padded) entry of each row
         self.factors = {
@@ -265,7 +269,12 @@ class _Batch:
         sels = {sel for sel, *_ in parts}
         out = np.zeros((n, nr if "r" in sels else 1, nz if "z" in sels else 1, npv, nte, ndb))
         for sel, start, idx, lo, hi in parts:
-            a = start[lo:hi, :, self.rows].transpose(2, 0, 1)  # (rows, groups, |sel|)
+            a = (
+                start[lo:hi, :, self.rows]
+                if sel != "z"
+                else start[lo:hi][:, self.zpos][:, :, self.rows]
+            )
+            a = a.transpose(2, 0, 1)  # (rows, groups, |sel|)
             g, ns = a.shape[1:]
             p, t, d = (self.factors[ax][:, idx[i, lo:hi]] for i, ax in enumerate(FACTOR_AXES))
             x = (a[:, :, :, None] * p[:, :, None, :]).reshape(n, g, ns * npv).transpose(0, 2, 1)
@@ -295,10 +304,8 @@ class _Batch:
         memory overflows, the framework runs no such ZeRO stage, the schedule no such pipeline,
         or the entry is padding."""
         tb = self.tb
-        ok = tb.z_ok[tb.cls["z"][self.rows]][:, None, :, None, None, None]
-        ok = ok & self.runs()[:, None, None, :, None, :]
-        ok = ok & self.mask["te"][:, None, None, None, :, None]
-        return _combine(tb, self.value, ok)
+        ok = self.runs()[:, None, None, :, None, :] & self.mask["te"][:, None, None, None, :, None]
+        return _combine(tb, self.value, ok, self.zpos)
 
 
 PAD_SLACK = 1.25  # a batch of rows may hold this much padding over their real entries
@@ -340,12 +347,20 @@ def fine_bounds(tb: Tables, rows: list[int], cap: float = np.inf) -> dict[int, F
     sizes = [tuple(len(lists[a][i]) for a in ("pv", "te", "db")) for i in range(len(rows))]
     nr, nz = len(tb.sp.rs), len(tb.sp.zs)
     got: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # row position: bounds, pipelines
-    for part in _similar(sizes):
-        batch = _Batch(tb, [rows[i] for i in part], {a: [lists[a][i] for i in part] for a in lists})
-        every = batch.bounds()  # (rows, r, z, P, T, D)
+    zcls = tb.cls["z"][np.array(rows, dtype=np.int64)]
+    parts = []
+    for c in np.unique(zcls).tolist():  # rows of one class run the same ZeRO stages
+        same = np.flatnonzero(zcls == c).tolist()
+        zpos = tb.members["z"][c].tolist()
+        if zpos:
+            parts += [([same[k] for k in p], zpos) for p in _similar([sizes[i] for i in same])]
+    for part, zpos in parts:
+        lst = {a: [lists[a][i] for i in part] for a in lists}
+        every = _Batch(tb, [rows[i] for i in part], lst, zpos).bounds()  # (rows, r, Z, P, T, D)
         for j, i in enumerate(part):
             npv, nte, ndb = sizes[i]
-            b = every[j, :, :, :npv, :nte, :ndb]
+            b = np.full((nr, nz, npv, nte, ndb), np.inf)
+            b[:, zpos] = every[j, :, :, :npv, :nte, :ndb]
             best = b.argmin(axis=2)
             cells = nte * ndb
             bounds = b.min(axis=2).transpose(3, 2, 0, 1).reshape(cells, nr, nz)  # db-major

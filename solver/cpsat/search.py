@@ -65,11 +65,11 @@ class _Rows:
         return float(self.tb.coarse()[self.todo[self.pos]]) if self.pos < len(self.todo) else INF
 
     def _refine(self, k: int) -> None:
-        """Refine the next k rows in coarse order (the first time only a few: the exact scores
-        of their best points cap the cells the rest must bound)."""
+        """Refine the next k rows in coarse order, at most as many as are refined already (the
+        first time only a few): the exact scores of each batch's best points lower the cap, and
+        the cells above the cap need no fine bounds."""
         self.tb.check()
-        if not self.pos:
-            k = min(k, FIRST_REFINE)
+        k = min(k, max(FIRST_REFINE, self.pos))  # doubling: the cap tightens between batches
         batch = self.todo[self.pos : self.pos + k]
         self.pos += len(batch)
         self.tb.refine(batch)
