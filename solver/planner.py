@@ -10,6 +10,7 @@ import numpy as np
 from meshplan.solver import cache
 from meshplan.solver.arch import Arch, resolve_model
 from meshplan.solver.batch_size import batch_choice
+from meshplan.solver.blas import one_blas_thread
 from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.cpsat.search import search
 from meshplan.solver.cpsat.tables import Stopped, Tables
@@ -75,7 +76,8 @@ def _score(sp: Space, p: Point) -> tuple:
 def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanResult:
     """The best layout under the cost model, proven by CP-SAT (or the best found in time), with
     the rule that capped its global batch."""
-    res = _plan(req, stop_event)
+    with one_blas_thread():
+        res = _plan(req, stop_event)
     batch = batch_choice(req.training, res.num_parameters.active)
     return res.model_copy(update={"batch": batch})
 
