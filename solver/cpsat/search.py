@@ -194,7 +194,8 @@ def _solve_one(
     a guess a little above the last answer, raised while nothing is found below it."""
     prev = None  # the optimum over a smaller row set
     if out.points:
-        base = sp.cm.objective_int(out.points[-1])
+        last = out.points[-1]
+        base = sp.cm.objective_int(last, tables.rows, tables.index[last.lay])
         cap: float | None = base + max(1, math.ceil(ALT_MARGIN * base))
     else:
         best = _incumbent(tables, hint, rows)
