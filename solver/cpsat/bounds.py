@@ -21,6 +21,7 @@ never above the integer value it bounds. Bounds are whole numbers as floats; inf
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -36,6 +37,7 @@ class Tables(Protocol):
     which classes of rows."""
 
     sp: Space
+    check: Callable[[], None]  # raises when the solve must stop (checked between batches)
     cls: dict[str, np.ndarray]
     members: dict[str, list[np.ndarray]]
     z_ok: np.ndarray
@@ -170,6 +172,7 @@ def coarse_bounds(tb: Tables, rows: np.ndarray) -> np.ndarray:
     out = np.full(len(rows), np.inf)
     low = tb.sums().low.reshape(-1, 1, 1, 1, 1)
     for lo_i in range(0, len(rows), ROWS_CHUNK):
+        tb.check()
         part = rows[lo_i : lo_i + ROWS_CHUNK]
         split = _split(tb, part)  # (sums, rows, F, |rs|, |zs|)
         cls = tb.cls["db"][part]
@@ -195,6 +198,7 @@ def shape_bounds(tb: Tables, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndar
     phi = tb.factor_matrix("db", "dom")  # (1 + db factors, |db|)
     cls = tb.cls["db"][rows]
     for c in np.unique(cls).tolist():
+        tb.check()
         ds = tb.members["db"][c]
         if not len(ds):
             continue
@@ -355,6 +359,7 @@ def fine_bounds(tb: Tables, rows: list[int], cap: float = np.inf) -> dict[int, F
         if zpos:
             parts += [([same[k] for k in p], zpos) for p in _similar([sizes[i] for i in same])]
     for part, zpos in parts:
+        tb.check()
         lst = {a: [lists[a][i] for i in part] for a in lists}
         every = _Batch(tb, [rows[i] for i in part], lst, zpos).bounds()  # (rows, r, Z, P, T, D)
         for j, i in enumerate(part):

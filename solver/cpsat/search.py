@@ -207,7 +207,12 @@ def _solve_one(
     while True:
         if prev is not None and (time.perf_counter() >= deadline or (stop and stop.is_set())):
             raise Stopped(_best_so_far(sp, prev, rows))
-        b = build(tables, rows.model, tuple(out.points), cap)
+        try:
+            b = build(tables, rows.model, tuple(out.points), cap)
+        except Stopped:  # stopped while bounding the model's rows: an earlier optimum stands
+            if prev is not None:
+                raise Stopped(_best_so_far(sp, prev, rows)) from None
+            raise
         if hint is None or not b.axes.holds(hint):
             hint = tables.guess(rows.model[0])  # where the best bound is reached
         if hint is not None:

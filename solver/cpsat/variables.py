@@ -25,6 +25,7 @@ class Axes:
     ) -> None:
         self.m, self.tb = m, tb
         cols: dict[str, list[np.ndarray]] = {k: [] for k in ("lay", "db", "te", "r", "z", "lb")}
+        tb.refine(list(rows), np.inf if cap is None else cap)  # the rows' fine bounds at once
         for r in rows:
             f = tb.fine(r, np.inf if cap is None else cap)
             ok = np.isfinite(f.by_rz) if cap is None else f.by_rz <= cap
