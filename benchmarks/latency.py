@@ -8,7 +8,9 @@ inside the server (timed around the call by a wrapper passed as the server's `pl
 time of `solver.oracle.oracle(req)` in a worker process, cut off at `--oracle-cap` seconds (the
 ratio is then a lower bound, shown as ">"); the ratio oracle / in-process plan time; whether the
 oracle's optimum equals CP-SAT's objective; and whether CP-SAT proved its answer (status OPTIMAL
-or INFEASIBLE) or stopped at the time limit.
+or INFEASIBLE) or stopped at the time limit. The in-process percentiles are also given apart
+for the first plan of each instance and for its repeats, which find the space's tables cached
+(solver/cache.py).
 
     python -m benchmarks latency [--quick] [--time-limit S] [--oracle-cap S] [--repeats N]
                                  [--no-oracle]
@@ -83,6 +85,10 @@ class Row:
 class Report:
     rows: list[Row]
     inproc: Summary
+    # the first in-process plan of each instance (its space's tables not cached yet), and the
+    # repeats (cached: solver/cache.py); None when there were no repeats
+    inproc_first: Summary | None
+    inproc_repeat: Summary | None
     grpc: Summary
     grpc_overhead: Summary | None  # None when no gRPC call returned a plan
     time_limit_s: float
@@ -185,11 +191,15 @@ def run(
         for fingerprint in oracle.fingerprints:
             watch.note(fingerprint)
     inproc = [t for r in rows for t in r.inproc_s]
+    first = [r.inproc_s[0] for r in rows if r.inproc_s]
+    again = [t for r in rows for t in r.inproc_s[1:]]
     grpc = [t for r in rows for t in r.grpc_s]
     over = [t for r in rows for t in r.grpc_overhead_s]
     return Report(
         rows=rows,
         inproc=Summary.of(inproc),
+        inproc_first=Summary.of(first) if first and again else None,
+        inproc_repeat=Summary.of(again) if again else None,
         grpc=Summary.of(grpc),
         grpc_overhead=Summary.of(over) if over else None,
         time_limit_s=limit,
@@ -254,6 +264,9 @@ def render(rep: Report) -> str:
     out.append(f"in-process plan   {rep.inproc.line()}")
     out.append(f"  p50: {verdict(rep.inproc.p50, TARGET_P50_S)}")
     out.append(f"  p99: {verdict(rep.inproc.p99, TARGET_P99_S)}")
+    if rep.inproc_first is not None and rep.inproc_repeat is not None:
+        out.append(f"  first per instance {rep.inproc_first.line()}")
+        out.append(f"  repeats (cached)   {rep.inproc_repeat.line()}")
     out.append(f"gRPC Plan         {rep.grpc.line()}")
     if rep.grpc_overhead is not None:
         out.append(f"gRPC adds         {rep.grpc_overhead.line()}")

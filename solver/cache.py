@@ -11,8 +11,14 @@ cluster, builds them once.
 Bounds: `MAX_MODELS` cost models (each small: its terms, and the one-row tables of at most
 `costmodel.model.ONE_ROW_CACHE` single layouts), and start tables over at most `MAX_ROWS`
 layout rows in all (each row holds a few hundred floats: about 2 MiB per 1,000 rows, so at
-most ~130 MiB). The least recently used go first. `clear()` empties both; `info()` reports
-their sizes. The caches are per process and thread-safe.
+most ~130 MiB). The least recently used go first.
+
+The tables and bounds of one search space (`cpsat.tables.Tables`: which axis values agree with
+which rows, the factors, the coarse, shape and fine bounds) depend on the rows and the space's
+domains as well, so a request that repeats a space (its pins, batch and options aside from the
+time limit, workers, gap and alternatives) computes none of them again: `tables_memo`, at most
+`MAX_TABLE_BYTES` in all. `clear()` empties every cache; `info()` reports their sizes. The
+caches are per process and thread-safe.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from meshplan.solver.schema import SearchSpec, TrainingSpec
 
 MAX_MODELS = 64
 MAX_ROWS = 65_536
+MAX_TABLE_BYTES = 128 * 2**20
 # Training fields that do not change the cost model's terms (they shape the search space).
 BATCH_FIELDS = ("global_batch_tokens", "critical_batch_tokens", "train_tokens")
 
@@ -38,6 +45,17 @@ _lock = threading.Lock()
 _models: OrderedDict[tuple, CostModel] = OrderedDict()
 _rows: OrderedDict[tuple, Rows] = OrderedDict()
 _rows_held = 0
+_tables: OrderedDict[tuple, Memo] = OrderedDict()
+_tables_bytes = 0
+
+
+class Memo(dict):
+    """What the tables of one space computed (by name), and the bytes of its arrays so far."""
+
+    def __init__(self, key: tuple | None = None) -> None:
+        super().__init__()
+        self.key = key  # None: not kept across requests
+        self.nbytes = 0
 
 
 def model_key(
@@ -100,16 +118,52 @@ def rows(cm: CostModel, layouts: Sequence[Layout]) -> Rows:
     return got
 
 
+def tables_memo(cm: CostModel, layouts: Sequence[Layout], domains: tuple) -> Memo:
+    """The memo of the tables over these rows with these axis domains (a cost model built
+    outside the cache gets a fresh one)."""
+    base = getattr(cm, "cache_key", None)
+    if base is None:
+        return Memo()
+    key = (base, tuple(layouts), domains)
+    with _lock:
+        got = _tables.get(key)
+        if got is None:
+            got = _tables[key] = Memo(key)
+        _tables.move_to_end(key)
+        return got
+
+
+def grew(memo: Memo, nbytes: int) -> None:
+    """The memo holds `nbytes` more: count them, and drop the least recently used memos past
+    MAX_TABLE_BYTES (one in use still works, it is only not kept)."""
+    global _tables_bytes
+    with _lock:
+        memo.nbytes += nbytes
+        if memo.key is None or _tables.get(memo.key) is not memo:
+            return
+        _tables_bytes += nbytes
+        while _tables_bytes > MAX_TABLE_BYTES and len(_tables) > 1:
+            _, old = _tables.popitem(last=False)
+            _tables_bytes -= old.nbytes
+
+
 def clear() -> None:
-    """Forget every cost model and start table."""
-    global _rows_held
+    """Forget every cost model, start table and space's tables."""
+    global _rows_held, _tables_bytes
     with _lock:
         _models.clear()
         _rows.clear()
-        _rows_held = 0
+        _tables.clear()
+        _rows_held = _tables_bytes = 0
 
 
 def info() -> dict[str, int]:
-    """The caches' sizes: cost models, row sets and layout rows held."""
+    """The caches' sizes: cost models, row sets, layout rows, spaces' tables and their bytes."""
     with _lock:
-        return {"models": len(_models), "row_sets": len(_rows), "rows": _rows_held}
+        return {
+            "models": len(_models),
+            "row_sets": len(_rows),
+            "rows": _rows_held,
+            "tables": len(_tables),
+            "table_bytes": _tables_bytes,
+        }

@@ -10,6 +10,7 @@ import numpy as np
 from meshplan.solver import cache
 from meshplan.solver.arch import Arch, resolve_model
 from meshplan.solver.batch_size import batch_choice
+from meshplan.solver.blas import one_blas_thread
 from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.cpsat.search import search
 from meshplan.solver.cpsat.tables import Stopped, Tables
@@ -67,15 +68,19 @@ def _nparams(A: Arch) -> NumParameters:
     return NumParameters(total=A.total_params, active=A.active_params)
 
 
-def _score(sp: Space, p: Point) -> tuple:
-    perf, mem = sp.cm.performance(p), sp.cm.memory_bill(p)
+def _score(tables: Tables, p: Point) -> tuple:
+    """Time and memory of a point of the space, read from the tables' rows (whose start tables
+    are computed already: a point's own one-row table would compute them again)."""
+    sp, i = tables.sp, tables.index[p.lay]
+    perf, mem = sp.cm.performance(p, tables.rows, i), sp.cm.memory_bill(p, tables.rows, i)
     return perf, mem, wall(sp, p, perf, mem), warnings(sp, p, perf)
 
 
 def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanResult:
     """The best layout under the cost model, proven by CP-SAT (or the best found in time), with
     the rule that capped its global batch."""
-    res = _plan(req, stop_event)
+    with one_blas_thread():
+        res = _plan(req, stop_event)
     batch = batch_choice(req.training, res.num_parameters.active)
     return res.model_copy(update={"batch": batch})
 
@@ -142,11 +147,12 @@ def _plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRe
         if f.status == "UNKNOWN":  # out of time with nothing in hand: not a proof
             raise TimeoutError("the solve was stopped before any plan was found")
         return infeasible(f.status, f.solve_time_s, nv, nc)
-    assert cm.fits(point), "CP-SAT returned a point the cost model rejects"
-    objective = cm.objective_int(point)
+    at = tables.index[point.lay]
+    assert cm.fits(point, tables.rows, at), "CP-SAT returned a point the cost model rejects"
+    objective = cm.objective_int(point, tables.rows, at)
     bound = f.bound if not fallback else 0.0
-    perf, mem, w, warns = _score(sp, point)
-    alts = [(p, *_score(sp, p)) for p in f.points[1:]]
+    perf, mem, w, warns = _score(tables, point)
+    alts = [(p, *_score(tables, p)) for p in f.points[1:]]
     status = PlanStatus.OPTIMAL if f.status == "OPTIMAL" else PlanStatus.FEASIBLE
     gap = max(objective - bound, 0) / max(objective, 1)  # 0 when proven; up to relative_gap
     return PlanResult(

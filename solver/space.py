@@ -8,15 +8,20 @@ expert group and ZeRO stage) are given by `Space.compatible`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from math import gcd
+
+import numpy as np
 
 from meshplan.solver import cache
 from meshplan.solver.arch import Arch
 from meshplan.solver.batch_size import batch_choice
 from meshplan.solver.costmodel import CostModel, Layout, Point
+from meshplan.solver.costmodel.model import STAGES
 from meshplan.solver.costmodel.point import Rows
+from meshplan.solver.costmodel.terms import Points
 from meshplan.solver.hardware import Hardware
 from meshplan.solver.profiles import Profile, profile_of
 from meshplan.solver.rules import (
@@ -221,7 +226,7 @@ class Space:
             if k not in te_of:
                 te_of[k] = self._te_of(r, groups)
         self.te_all = sorted({x for v in te_of.values() for x in v})
-        self.layouts = sorted(self._prune(rows), key=order) if prune else list(self.all_layouts)
+        self.layouts = self._prune(self.all_layouts) if prune else list(self.all_layouts)
         keep_d = {r.dp for r in self.layouts}
         self.db = [x for x in self.db_all if x[0] in keep_d]
         vs = range(1, q.max_virtual_stages + 1)
@@ -275,10 +280,29 @@ class Space:
         order = [Recompute.FULL, Recompute.SELECTIVE, Recompute.NONE]
         return Point(row, 1, b, m, e, et, min(self.rs, key=order.index), max(zs))
 
-    def _prune(self, rows: set[Layout]) -> list[Layout]:
-        """Drop layouts whose least-memory point overflows."""
-        pts = [self.least_memory_point(row) for row in rows]
-        return [p.lay for p in pts if p is not None and self.cm.fits(p)]
+    def least_memory_needs(
+        self, layouts: Sequence[Layout] | None = None
+    ) -> list[tuple[Point, int]]:
+        """Each layout's least-memory point (layouts with none are left out) and the memory it
+        needs on its fuller stage (model units: exactly `cm.stage_bytes`), computed for all the
+        layouts (default: every layout of the space) at once."""
+        lays = list(self.all_layouts if layouts is None else layouts)
+        pts = [p for p in map(self.least_memory_point, lays) if p is not None]
+        if not pts:
+            return []
+        rows = cache.rows(self.cm, lays)
+        at = Points.of(
+            pts,
+            {lay: i for i, lay in enumerate(lays)},
+            {a: list(dict.fromkeys(p.axis(a) for p in pts)) for a in ("pv", "db", "te", "r", "z")},
+        )
+        need = np.max(np.array([self.cm.stage_units(rows, at, st) for st in STAGES]), axis=0)
+        return list(zip(pts, (int(x) for x in need.tolist()), strict=True))
+
+    def _prune(self, rows: list[Layout]) -> list[Layout]:
+        """The layouts whose least-memory point fits, in their order."""
+        budget = self.cm.budget
+        return [p.lay for p, need in self.least_memory_needs(rows) if need <= budget]
 
     def points(self):  # noqa: ANN201  (generator of Point; the product, for small spaces only)
         for lay in self.layouts:

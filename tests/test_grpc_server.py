@@ -17,6 +17,7 @@ from meshplan.client import InvalidRequestError, PlannerClient
 from meshplan.client.exceptions import DeadlineExceededError, error_from_rpc
 from meshplan.client.sync import plan_message
 from meshplan.server.logs import TextFormatter
+from meshplan.solver import cache
 from meshplan.solver.results import PlanResult, PlanStatus
 from meshplan.solver.schema import EvaluateRequest, ParallelConfig, PlanRequest
 from meshplan.v1 import planner_pb2
@@ -173,13 +174,18 @@ def test_empty_request_names_every_missing_field(port: int) -> None:
 
 
 def test_short_deadline_is_honoured(client: PlannerClient) -> None:
-    """A 10,226-layout space whose tables alone outlast a 1 s deadline: the call ends on time
-    with DEADLINE_EXCEEDED (no plan was in hand); the best-so-far answer of a search stopped
+    """A 10,800-layout space whose proof takes seconds from a cold cache: a 0.25 s deadline
+    ends the call on time, with DEADLINE_EXCEEDED or (on a fast machine, where the greedy plan
+    is in hand before it) that plan, unproven; the best-so-far answer of a search stopped
     between rounds is tested in tests/test_search.py."""
+    cache.clear()  # cold: with its tables kept from an earlier plan a plan is in hand at once
     started = time.monotonic()
-    with pytest.raises(DeadlineExceededError):
-        client.plan(big_request(time_limit_s=60), timeout=1.0)
+    try:
+        res = client.plan(big_request(time_limit_s=60), timeout=0.25)
+    except DeadlineExceededError:
+        res = None
     assert time.monotonic() - started < 1.5
+    assert res is None or res.solver.status in ("FALLBACK", "FEASIBLE"), res.solver
 
 
 def test_cancelled_call_stops_the_real_solve(port: int, recorder: RecordingPlan) -> None:
@@ -194,6 +200,7 @@ def test_cancelled_call_stops_the_real_solve(port: int, recorder: RecordingPlan)
     latencies = []
     with raw_stub(port) as stub:
         for delay in (0.5, 1.0):
+            cache.clear()  # cold: the tables are built again
             req = big_request(60)
             req = req.model_copy(update={"options": req.options.model_copy(update={"top_k": 16})})
             future = stub.Plan.future(plan_message(req), timeout=60)

@@ -170,7 +170,14 @@ class CostModel:
         return out
 
     def stage_bytes(self, p: Point, stage: str, rows: Rows | None = None, i: int = 0) -> int:
-        return sum(self.tenants_int(p, stage, rows, i).values())
+        """The sum of tenants_int, from the memoised group starts (the base has one group per
+        term, so its value is the sum of its tenants)."""
+        rows = self._at(p, rows)
+        m = self.memory[stage]
+        out = m.base.value(p, rows, i)
+        for a, b in m.pairs:
+            out += min(a.value(p, rows, i), b.value(p, rows, i))
+        return out
 
     def fits(self, p: Point, rows: Rows | None = None, i: int = 0) -> bool:
         rows = self._at(p, rows)

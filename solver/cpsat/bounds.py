@@ -20,6 +20,8 @@ never above the integer value it bounds. Bounds are whole numbers as floats; inf
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -35,6 +37,7 @@ class Tables(Protocol):
     which classes of rows."""
 
     sp: Space
+    check: Callable[[], None]  # raises when the solve must stop (checked between batches)
     cls: dict[str, np.ndarray]
     members: dict[str, list[np.ndarray]]
     z_ok: np.ndarray
@@ -89,24 +92,43 @@ def _margin(v: np.ndarray, low: np.ndarray) -> np.ndarray:
     return v + sign * (np.abs(v) * SLACK + 1e-6)
 
 
-def _combine(tb: Tables, v, z_ok: np.ndarray) -> np.ndarray:  # noqa: ANN001
-    """From every sum's bound, v(k) for sum k, each (units, |rs|, |zs|, ...): the least
-    objective where every stage's memory fits (inf elsewhere), a whole number. `z_ok`
-    broadcasts against v(0). One sum at a time, so large batches stay in cache."""
+def _margin_own(v: np.ndarray, low: bool) -> np.ndarray:
+    """`_margin` of one sum's values, in place (v is the caller's own): the same numbers."""
+    m = np.abs(v)
+    m *= SLACK
+    m += 1e-6
+    if low:
+        v -= m
+    else:
+        v += m
+    return v
+
+
+def _at_z(a: np.ndarray, j: int) -> np.ndarray:
+    """ZeRO stage j of a sum's values (axis 2; of size 1 when the sum does not depend on z)."""
+    return a[:, :, j if a.shape[2] > 1 else 0]
+
+
+def _combine(tb: Tables, v, z_ok: np.ndarray, zpos: list[int] | None = None) -> np.ndarray:  # noqa: ANN001
+    """From every sum's bound, v(k) for sum k, each (units, |rs|, |zs|, ...) or of size 1 on the
+    axes it does not depend on: the least objective where every stage's memory fits (inf
+    elsewhere), a whole number. `z_ok` broadcasts against v(0); `zpos`: the ZeRO stages (their
+    positions in the space's) that the z axis holds, default all. One sum at a time, so large
+    batches stay in cache."""
     cm = tb.sp.cm
-    t = v(0).copy()
-    fits = np.broadcast_to(z_ok, t.shape).copy()
+    t = v(0)
+    fits = np.asarray(z_ok)
     k = 1
     for st in STAGES:
-        used = v(k).copy()
+        used = v(k)
         k += 1
         for _ in cm.memory[st].pairs:
-            used += np.minimum(v(k), v(k + 1))
+            used = used + np.minimum(v(k), v(k + 1))
             k += 2
-        fits &= used <= cm.budget
-    for j in range(len(tb.sp.zs)):
-        t[:, :, j] += np.maximum(0.0, v(k)[:, :, j] - v(k + 1)[:, :, j])
-        k += 2
+        fits = fits & (used <= cm.budget)
+    t = np.broadcast_to(t, np.broadcast_shapes(t.shape, fits.shape)).copy()
+    for j, zj in enumerate(range(len(tb.sp.zs)) if zpos is None else zpos):
+        t[:, :, j] += np.maximum(0.0, _at_z(v(k + 2 * zj), j) - _at_z(v(k + 2 * zj + 1), j))
     return np.where(fits & ~np.isnan(t), np.floor(t), np.inf)
 
 
@@ -150,6 +172,7 @@ def coarse_bounds(tb: Tables, rows: np.ndarray) -> np.ndarray:
     out = np.full(len(rows), np.inf)
     low = tb.sums().low.reshape(-1, 1, 1, 1, 1)
     for lo_i in range(0, len(rows), ROWS_CHUNK):
+        tb.check()
         part = rows[lo_i : lo_i + ROWS_CHUNK]
         split = _split(tb, part)  # (sums, rows, F, |rs|, |zs|)
         cls = tb.cls["db"][part]
@@ -175,6 +198,7 @@ def shape_bounds(tb: Tables, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndar
     phi = tb.factor_matrix("db", "dom")  # (1 + db factors, |db|)
     cls = tb.cls["db"][rows]
     for c in np.unique(cls).tolist():
+        tb.check()
         ds = tb.members["db"][c]
         if not len(ds):
             continue
@@ -207,16 +231,16 @@ class Fine(NamedTuple):
 
 
 class _Batch:
-    """Some rows' points but for r and z, as padded axes of arrays: pipelines (P), expert groups
-    (T) and micro-batch shapes (D), positions in the space's domains (`mask`: real entries)."""
+    """Some rows' points but for r, as padded axes of arrays: pipelines (P), expert groups (T)
+    and micro-batch shapes (D), positions in the space's domains (`mask`: real entries), and
+    the ZeRO stages `zpos` (positions in the space's) that every one of the rows runs."""
 
-    def __init__(self, tb: Tables, rows: list[int], dbs: list[np.ndarray]) -> None:
+    def __init__(
+        self, tb: Tables, rows: list[int], lists: dict[str, list[np.ndarray]], zpos: list[int]
+    ) -> None:
         self.tb, self.rows = tb, np.array(rows, dtype=np.int64)
-        self.lists = {
-            "pv": [tb.agree("pv", r) for r in rows],
-            "te": [tb.agree("te", r) for r in rows],
-            "db": dbs,
-        }
+        self.lists = lists  # per axis ("pv", "te", "db"): each row's positions
+        self.zpos = zpos
         self.pos: dict[str, np.ndarray] = {}
         self.mask: dict[str, np.ndarray] = {}
         for axis, lists in self.lists.items():
@@ -226,7 +250,7 @@ class _Batch:
             for i, x in enumerate(lists):
                 pos[i, : len(x)], mask[i, : len(x)] = x, True
             self.pos[axis], self.mask[axis] = pos, mask
-        n, nr, nz = len(rows), len(tb.sp.rs), len(tb.sp.zs)
+        n, nr, nz = len(rows), len(tb.sp.rs), len(zpos)
         self.shape = (n, nr, nz, *(self.pos[a].shape[1] for a in ("pv", "te", "db")))
         # (rows, factors, width): each factor of the axis at each (padded) entry of each row
         self.factors = {
@@ -235,18 +259,26 @@ class _Batch:
         }
 
     def value(self, c: int) -> np.ndarray:
-        """The real value of sum c at every (row, r, z, P, T, D), moved by its margin: per
-        selector, one batched matrix product, (starts x pipeline factors) by (expert x batch
-        factors)."""
+        """The real value of sum c at every (row, r, z, P, T, D), moved by its margin, of size 1
+        on the r or z axis when the sum does not depend on it: per selector, one batched matrix
+        product, (starts x pipeline factors) by (expert x batch factors)."""
         tb = self.tb
         sums = tb.sums()
         n, nr, nz, npv, nte, ndb = self.shape
-        out = np.zeros(self.shape)
+        parts = []
         for sel, (start, idx, owner) in sums.groups.items():
             lo, hi = np.searchsorted(owner, [c, c + 1])  # the sum's groups (sorted by sum)
-            if lo == hi:
-                continue
-            a = start[lo:hi, :, self.rows].transpose(2, 0, 1)  # (rows, groups, |sel|)
+            if lo < hi:
+                parts.append((sel, start, idx, lo, hi))
+        sels = {sel for sel, *_ in parts}
+        out = np.zeros((n, nr if "r" in sels else 1, nz if "z" in sels else 1, npv, nte, ndb))
+        for sel, start, idx, lo, hi in parts:
+            a = (
+                start[lo:hi, :, self.rows]
+                if sel != "z"
+                else start[lo:hi][:, self.zpos][:, :, self.rows]
+            )
+            a = a.transpose(2, 0, 1)  # (rows, groups, |sel|)
             g, ns = a.shape[1:]
             p, t, d = (self.factors[ax][:, idx[i, lo:hi]] for i, ax in enumerate(FACTOR_AXES))
             x = (a[:, :, :, None] * p[:, :, None, :]).reshape(n, g, ns * npv).transpose(0, 2, 1)
@@ -258,7 +290,7 @@ class _Batch:
                 out += val[:, :, None]
             else:
                 out += val[:, None, :]
-        return _margin(out[None], sums.low[c : c + 1])[0]
+        return _margin_own(out, bool(sums.low[c]))
 
     def runs(self) -> np.ndarray:
         """(rows, P, D): the pipeline schedule runs the micro-batch count (Megatron's
@@ -276,30 +308,75 @@ class _Batch:
         memory overflows, the framework runs no such ZeRO stage, the schedule no such pipeline,
         or the entry is padding."""
         tb = self.tb
-        ok = tb.z_ok[tb.cls["z"][self.rows]][:, None, :, None, None, None]
-        ok = ok & self.runs()[:, None, None, :, None, :]
-        ok = ok & self.mask["te"][:, None, None, None, :, None]
-        return _combine(tb, self.value, ok)
+        ok = self.runs()[:, None, None, :, None, :] & self.mask["te"][:, None, None, None, :, None]
+        return _combine(tb, self.value, ok, self.zpos)
+
+
+PAD_SLACK = 1.25  # a batch of rows may hold this much padding over their real entries
+PAD_FIXED = 4096  # entries a batch may pad besides: what one more batch costs in calls
+
+
+def _similar(sizes: list[tuple[int, int, int]]) -> list[list[int]]:
+    """Rows (positions in `sizes`, their (P, T, D)) in batches of similar shape, so little of a
+    batch's arrays is padding; rows with no entry are in none."""
+    order = sorted((i for i, s in enumerate(sizes) if min(s)), key=lambda i: -math.prod(sizes[i]))
+    out: list[list[int]] = []
+    width, real = (0, 0, 0), 0
+    for i in order:
+        w = tuple(max(a, b) for a, b in zip(width, sizes[i], strict=True))
+        if (
+            out
+            and math.prod(w) * (len(out[-1]) + 1)
+            <= PAD_SLACK * (real + math.prod(sizes[i])) + PAD_FIXED
+        ):
+            out[-1].append(i)
+            width, real = w, real + math.prod(sizes[i])
+        else:
+            out.append([i])
+            width, real = sizes[i], math.prod(sizes[i])
+    return out
 
 
 def fine_bounds(tb: Tables, rows: list[int], cap: float = np.inf) -> dict[int, Fine]:
     """Per row: its fine bounds by cell and by (cell, r, z) (the least over the pipelines), the
     pipeline where each is reached, and where the row's bound is reached. Only the cells of the
     micro-batch shapes whose coarse bound is at most `cap` are listed; the rest is summarised by
-    the least of those bounds (`Fine.rest`)."""
+    the least of those bounds (`Fine.rest`). Rows are bounded in batches of similar shape."""
     within = [tb.shapes_within(r, cap) for r in rows]
-    batch = _Batch(tb, rows, [d for d, _ in within])
-    nr, nz = batch.shape[1:3]
-    every = batch.bounds()  # (rows, r, z, P, T, D)
+    lists = {
+        "pv": [tb.agree("pv", r) for r in rows],
+        "te": [tb.agree("te", r) for r in rows],
+        "db": [d for d, _ in within],
+    }
+    sizes = [tuple(len(lists[a][i]) for a in ("pv", "te", "db")) for i in range(len(rows))]
+    nr, nz = len(tb.sp.rs), len(tb.sp.zs)
+    got: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # row position: bounds, pipelines
+    zcls = tb.cls["z"][np.array(rows, dtype=np.int64)]
+    parts = []
+    for c in np.unique(zcls).tolist():  # rows of one class run the same ZeRO stages
+        same = np.flatnonzero(zcls == c).tolist()
+        zpos = tb.members["z"][c].tolist()
+        if zpos:
+            parts += [([same[k] for k in p], zpos) for p in _similar([sizes[i] for i in same])]
+    for part, zpos in parts:
+        tb.check()
+        lst = {a: [lists[a][i] for i in part] for a in lists}
+        every = _Batch(tb, [rows[i] for i in part], lst, zpos).bounds()  # (rows, r, Z, P, T, D)
+        for j, i in enumerate(part):
+            npv, nte, ndb = sizes[i]
+            b = np.full((nr, nz, npv, nte, ndb), np.inf)
+            b[:, zpos] = every[j, :, :, :npv, :nte, :ndb]
+            best = b.argmin(axis=2)
+            cells = nte * ndb
+            bounds = b.min(axis=2).transpose(3, 2, 0, 1).reshape(cells, nr, nz)  # db-major
+            pv = lists["pv"][i][best].transpose(3, 2, 0, 1).reshape(cells, nr, nz)
+            got[i] = bounds, pv
     out = {}
     for i, (r, (_, rest)) in enumerate(zip(rows, within, strict=True)):
-        npv, nte, ndb = (len(batch.lists[a][i]) for a in ("pv", "te", "db"))
+        npv, nte, ndb = sizes[i]
         cells = nte * ndb
-        if npv and cells:
-            b = every[i, :, :, :npv, :nte, :ndb]
-            best = b.argmin(axis=2)
-            bounds = b.min(axis=2).transpose(3, 2, 0, 1).reshape(cells, nr, nz)  # db-major
-            pv = batch.lists["pv"][i][best].transpose(3, 2, 0, 1).reshape(cells, nr, nz)
+        if i in got:
+            bounds, pv = got[i]
         else:
             bounds = np.full((cells, nr, nz), np.inf)
             pv = np.zeros((cells, nr, nz), np.int64)
@@ -311,7 +388,7 @@ def fine_bounds(tb: Tables, rows: list[int], cap: float = np.inf) -> dict[int, F
             if bound < np.inf:
                 c, rz = divmod(flat, nr * nz)
                 at = (c, rz // nz, rz % nz)
-        te, db = batch.lists["te"][i], batch.lists["db"][i]
+        te, db = lists["te"][i], lists["db"][i]
         out[r] = Fine(
             min(bound, rest), np.repeat(db, nte), np.tile(te, ndb), bounds, pv, at, rest, cap
         )

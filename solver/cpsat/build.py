@@ -15,6 +15,15 @@ from meshplan.solver.cpsat.tables import Tables
 from meshplan.solver.cpsat.variables import Axes
 
 
+class _Model(cp_model.CpModel):
+    """A CpModel without the camelCase aliases OR-Tools 9.15 sets on every new model
+    (`CpModel._add_pre_pep8_methods`, cp_model.py: ~1-2 ms per model, several models a plan);
+    nothing here calls them."""
+
+    def _add_pre_pep8_methods(self) -> None:
+        pass
+
+
 @dataclass
 class Built:
     model: cp_model.CpModel
@@ -70,7 +79,7 @@ def build(
     """The model over some layout rows of `tables` (positions in its space), excluding the given
     points (no-good cuts for alternatives). `cap`: the objective of a point known to fit; every
     (row, db, te, r, z) whose bound exceeds it is left out, and the objective kept below it."""
-    m = cp_model.CpModel()
+    m = _Model()
     ax = Axes(m, tables, rows, cap)
     if not ax.k:  # nothing in these rows can fit (below the cap): an infeasible model
         m.add_bool_or([])

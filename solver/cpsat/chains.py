@@ -31,8 +31,7 @@ def _coefs(ax: Axes, comp: Compiled, g: Group) -> list[int]:
     if g.sel is None:
         return tb.starts(comp, g, None)[rows].tolist()
     out = np.zeros(ax.k, dtype=object)
-    for kv, keys in ax.key_positions(g.sel, g.key).items():
-        hit = np.isin(ax.col[g.sel], keys)
+    for kv, hit in ax.key_masks(g.sel, g.key):
         out[hit] = tb.starts(comp, g, kv)[rows[hit]]
     return [int(x) for x in out.tolist()]
 

@@ -65,11 +65,11 @@ class _Rows:
         return float(self.tb.coarse()[self.todo[self.pos]]) if self.pos < len(self.todo) else INF
 
     def _refine(self, k: int) -> None:
-        """Refine the next k rows in coarse order (the first time only a few: the exact scores
-        of their best points cap the cells the rest must bound)."""
+        """Refine the next k rows in coarse order, at most as many as are refined already (the
+        first time only a few): the exact scores of each batch's best points lower the cap, and
+        the cells above the cap need no fine bounds."""
         self.tb.check()
-        if not self.pos:
-            k = min(k, FIRST_REFINE)
+        k = min(k, max(FIRST_REFINE, self.pos))  # doubling: the cap tightens between batches
         batch = self.todo[self.pos : self.pos + k]
         self.pos += len(batch)
         self.tb.refine(batch)
@@ -194,7 +194,8 @@ def _solve_one(
     a guess a little above the last answer, raised while nothing is found below it."""
     prev = None  # the optimum over a smaller row set
     if out.points:
-        base = sp.cm.objective_int(out.points[-1])
+        last = out.points[-1]
+        base = sp.cm.objective_int(last, tables.rows, tables.index[last.lay])
         cap: float | None = base + max(1, math.ceil(ALT_MARGIN * base))
     else:
         best = _incumbent(tables, hint, rows)
@@ -206,7 +207,12 @@ def _solve_one(
     while True:
         if prev is not None and (time.perf_counter() >= deadline or (stop and stop.is_set())):
             raise Stopped(_best_so_far(sp, prev, rows))
-        b = build(tables, rows.model, tuple(out.points), cap)
+        try:
+            b = build(tables, rows.model, tuple(out.points), cap)
+        except Stopped:  # stopped while bounding the model's rows: an earlier optimum stands
+            if prev is not None:
+                raise Stopped(_best_so_far(sp, prev, rows)) from None
+            raise
         if hint is None or not b.axes.holds(hint):
             hint = tables.guess(rows.model[0])  # where the best bound is reached
         if hint is not None:

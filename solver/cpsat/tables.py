@@ -12,6 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
+from meshplan.solver import cache
 from meshplan.solver.costmodel import Layout, Point
 from meshplan.solver.costmodel.point import Rows
 from meshplan.solver.costmodel.terms import FACTOR_AXES, Compiled, Factor, Group, Points
@@ -33,7 +34,12 @@ class Stopped(Exception):
 
 
 class Tables:
-    """Start tables, factors, compatible axis values and row bounds for one space."""
+    """Start tables, factors, compatible axis values and row bounds for one space.
+
+    What depends only on the rows and the domains (everything but the cap, the best point and
+    which fine bounds this search has taken) is kept in a memo across requests
+    (`cache.tables_memo`): a repeated space computes none of it again, and a search takes the
+    same fine bounds, computed at the same caps, as it would afresh."""
 
     def __init__(self, sp: Space, check: Callable[[], None] = lambda: None) -> None:
         self.sp = sp
@@ -47,6 +53,24 @@ class Tables:
             "r": sp.rs,
             "z": sp.zs,
         }
+        doms = tuple(tuple(d) for d in self.domain.values())
+        memo = self.memo = cache.tables_memo(sp.cm, sp.layouts, doms)
+        if "pos" not in memo:
+            self._classes(memo)
+        self.pos, self.cls, self.members = memo["pos"], memo["cls"], memo["members"]
+        self._flat, self.z_ok = memo["flat"], memo["z_ok"]
+        self._fracs: dict[tuple[Factor, str], dict[object, Fraction]] = memo["fracs"]
+        self._ffracs: dict[tuple[Factor, str], np.ndarray] = memo["ffracs"]
+        self._fmat: dict[tuple[str, str], np.ndarray] = memo["fmat"]
+        self._by_db: dict[int, tuple[np.ndarray, np.ndarray]] = memo["by_db"]  # row: shapes, bounds
+        self._fine_at: dict[tuple[int, float], Fine] = memo["fine"]  # (row, cap): fine bounds
+        self.cap = np.inf  # the best objective known: cells above it need no fine bounds
+        self.best: Point | None = None  # a point of that objective, when the tables found it
+        self._fine: dict[int, Fine] = {}  # the fine bounds this search took, by row
+
+    def _classes(self, memo: cache.Memo) -> None:
+        """Which axis values agree with which rows, by classes of rows, into the memo."""
+        sp = self.sp
         self.pos = {a: {v: i for i, v in enumerate(d)} for a, d in self.domain.items()}
         # Rows agree with the same axis values when they share a class: their pp (pv), dp (db),
         # (tp, dp·cp) (te: the expert groups that fold into tp·cp·dp) or (pp > 1, dp·cp > 1) (z).
@@ -58,29 +82,23 @@ class Tables:
             "te": R.tp * (1 << 32) + shard,
             "z": (R.pp > 1) * 2 + (shard > 1),
         }
-        self.cls: dict[str, np.ndarray] = {}
-        self.members: dict[str, list[np.ndarray]] = {}
-        self._flat: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        cls: dict[str, np.ndarray] = {}
+        members: dict[str, list[np.ndarray]] = {}
+        flats: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         for axis, k in keys.items():
             uniq, first, inv = np.unique(k, return_index=True, return_inverse=True)
-            self.cls[axis] = inv.astype(np.int64).reshape(-1)
-            self.members[axis] = self._agree(axis, [sp.layouts[i] for i in first.tolist()])
-            sizes = np.array([len(m) for m in self.members[axis]], dtype=np.int64)
-            flat = np.concatenate([*self.members[axis], np.zeros(0, np.int64)]).astype(np.int64)
+            cls[axis] = inv.astype(np.int64).reshape(-1)
+            members[axis] = self._agree(axis, [sp.layouts[i] for i in first.tolist()])
+            sizes = np.array([len(m) for m in members[axis]], dtype=np.int64)
+            flat = np.concatenate([*members[axis], np.zeros(0, np.int64)]).astype(np.int64)
             offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-            self._flat[axis] = (flat, offsets, sizes)
-        z_of = self.members["z"]
-        self.z_ok = np.zeros((len(z_of), len(sp.zs)), dtype=bool)
-        for c, m in enumerate(z_of):
-            self.z_ok[c, m] = True
-        self._fracs: dict[tuple[Factor, str], dict[object, Fraction]] = {}
-        self._ffracs: dict[tuple[Factor, str], np.ndarray] = {}
-        self._fmat: dict[tuple[str, str], np.ndarray] = {}
-        self._coarse: np.ndarray | None = None
-        self._by_db: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # row: shapes, their bounds
-        self.cap = np.inf  # the best objective known: cells above it need no fine bounds
-        self.best: Point | None = None  # a point of that objective, when the tables found it
-        self._fine: dict[int, Fine] = {}
+            flats[axis] = (flat, offsets, sizes)
+        z_ok = np.zeros((len(members["z"]), len(sp.zs)), dtype=bool)
+        for c, m in enumerate(members["z"]):
+            z_ok[c, m] = True
+        memo.update(cls=cls, members=members, flat=flats, z_ok=z_ok)
+        memo.update(fracs={}, ffracs={}, fmat={}, by_db={}, fine={}, scores={})
+        memo["pos"] = self.pos  # last: the memo is complete once it holds "pos"
 
     def _agree(self, axis: str, rows: list[Layout]) -> list[np.ndarray]:
         """Per row (one of each class): positions of the axis values that agree with it
@@ -183,15 +201,17 @@ class Tables:
     # -- bounds --------------------------------------------------------------------------
     def coarse(self) -> np.ndarray:
         """The coarse bound of every row of the space (inf: nothing in the row fits)."""
-        if self._coarse is None:
-            self._coarse = coarse_bounds(self, np.arange(self.n, dtype=np.int64))
-        return self._coarse
+        got = self.memo.get("coarse")
+        if got is None:
+            got = self.memo["coarse"] = coarse_bounds(self, np.arange(self.n, dtype=np.int64))
+            cache.grew(self.memo, got.nbytes)
+        return got
 
     def shapes_within(self, row: int, cap: float) -> tuple[np.ndarray, float]:
         """The micro-batch shapes of the row whose bound is at most `cap` (positions in the db
         domain), and the least bound of the others (inf: none)."""
         if row not in self._by_db:
-            self._by_db[row] = shape_bounds(self, np.array([row]))[0]
+            self._shapes([row])
         ds, bounds = self._by_db[row]
         keep = bounds <= cap
         rest = bounds[~keep]
@@ -202,11 +222,22 @@ class Tables:
         bound may be at most `cap` (default: the best objective known, `self.cap`)."""
         cap = self.cap if cap is None else cap
         todo = [r for r in rows if r not in self._fine or self._fine[r].upto < cap]
-        new = [r for r in todo if r not in self._by_db]
+        self._shapes([r for r in todo if r not in self._by_db])
+        new = [r for r in todo if (r, cap) not in self._fine_at]
         if new:
-            self._by_db.update(zip(new, shape_bounds(self, np.array(new)), strict=True))
-        if todo:
-            self._fine.update(fine_bounds(self, todo, cap))
+            got = fine_bounds(self, new, cap)
+            self._fine_at.update(((r, cap), f) for r, f in got.items())
+            cache.grew(
+                self.memo, sum(f.by_rz.nbytes + f.pv.nbytes + 2 * f.db.nbytes for f in got.values())
+            )
+        self._fine.update((r, self._fine_at[(r, cap)]) for r in todo)
+
+    def _shapes(self, rows: list[int]) -> None:
+        """Bound the micro-batch shapes of these rows (shape_bounds), into the memo."""
+        if rows:
+            got = shape_bounds(self, np.array(rows))
+            self._by_db.update(zip(rows, got, strict=True))
+            cache.grew(self.memo, sum(d.nbytes + b.nbytes for d, b in got))
 
     def fine(self, row: int, cap: float | None = None) -> Fine:
         self.refine([row], cap)
@@ -218,23 +249,28 @@ class Tables:
         return f.bound if f is not None else float(self.coarse()[row])
 
     def improve_cap(self, rows: list[int]) -> None:
-        """Score the guesses of these rows exactly (many at once) and lower the cap to the best
-        that fits: the best point known so far (`self.best`)."""
+        """Score the guesses of these rows exactly (many at once; each once across requests)
+        and lower the cap to the best that fits: the best point known so far (`self.best`)."""
         found = [
             (r, self._fine[r]) for r in rows if r in self._fine and self._fine[r].at is not None
         ]
+        scores = self.memo["scores"]  # (row, cap of its fine bounds): objective, inf if no fit
+        new = [(r, f) for r, f in found if (r, f.upto) not in scores]
+        if new:
+            at = [(f.db[f.at[0]], f.te[f.at[0]], f.pv[f.at], f.at[1], f.at[2]) for _, f in new]
+            pts = Points(
+                np.array([r for r, _ in new], dtype=np.int64),
+                {
+                    a: (self.domain[a], np.array([x[k] for x in at], dtype=np.int64))
+                    for k, a in enumerate(("db", "te", "pv", "r", "z"))
+                },
+            )
+            cm = self.sp.cm
+            obj = np.where(cm.fits_many(self.rows, pts), cm.objective_ints(self.rows, pts), np.inf)
+            scores.update(((r, f.upto), float(o)) for (r, f), o in zip(new, obj, strict=True))
         if not found:
             return
-        at = [(f.db[f.at[0]], f.te[f.at[0]], f.pv[f.at], f.at[1], f.at[2]) for _, f in found]
-        pts = Points(
-            np.array([r for r, _ in found], dtype=np.int64),
-            {
-                a: (self.domain[a], np.array([x[k] for x in at], dtype=np.int64))
-                for k, a in enumerate(("db", "te", "pv", "r", "z"))
-            },
-        )
-        cm = self.sp.cm
-        obj = np.where(cm.fits_many(self.rows, pts), cm.objective_ints(self.rows, pts), np.inf)
+        obj = [scores[(r, f.upto)] for r, f in found]
         j = int(np.argmin(obj))
         if obj[j] < self.cap:
             self.cap = float(obj[j])

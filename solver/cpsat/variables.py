@@ -25,6 +25,7 @@ class Axes:
     ) -> None:
         self.m, self.tb = m, tb
         cols: dict[str, list[np.ndarray]] = {k: [] for k in ("lay", "db", "te", "r", "z", "lb")}
+        tb.refine(list(rows), np.inf if cap is None else cap)  # the rows' fine bounds at once
         for r in rows:
             f = tb.fine(r, np.inf if cap is None else cap)
             ok = np.isfinite(f.by_rz) if cap is None else f.by_rz <= cap
@@ -49,6 +50,8 @@ class Axes:
         }  # position in sp.pv -> Boolean
         m.add_exactly_one(self.pv.values())
         self._lits: dict[tuple[str, frozenset[int]], Literal] = {}
+        self._masks: dict[tuple, list[tuple[object, np.ndarray]]] = {}
+        self._values: dict[str, list[int]] = {}
         self._channel(pps)
 
     def _channel(self, pps: list[int]) -> None:
@@ -73,7 +76,9 @@ class Axes:
         """Positions of the axis values in the model (rows for "lay")."""
         if axis == "pv":
             return list(self.pv)
-        return np.unique(self.col[axis]).tolist()
+        if axis not in self._values:
+            self._values[axis] = np.unique(self.col[axis]).tolist()
+        return self._values[axis]
 
     def any_of(self, axis: str, keys: Sequence[int]) -> Literal:
         """A literal true iff the axis takes one of the values at these positions (True when
@@ -108,6 +113,19 @@ class Axes:
         for i in self.values(axis):
             out.setdefault(key(dom[i]), []).append(i)
         return out
+
+    def key_masks(
+        self, axis: str, key: Callable[[object], object]
+    ) -> list[tuple[object, np.ndarray]]:
+        """Per key of the axis values in the model: which combinations take one of its values
+        (made once per axis and key function)."""
+        k = (axis, key)
+        if k not in self._masks:
+            self._masks[k] = [
+                (kv, np.isin(self.col[axis], keys))
+                for kv, keys in self.key_positions(axis, key).items()
+            ]
+        return self._masks[k]
 
     # -- points -------------------------------------------------------------------------
     def _find(self, p: Point) -> tuple[int, int] | None:
