@@ -22,7 +22,7 @@ from meshplan.solver.schema import ClusterSpec, Framework
 from meshplan.solver.space import Space
 
 Check = Callable[[], None]
-_CHECK_EVERY = 64  # layouts between two looks at the stop event and the deadline
+_CHECK_EVERY = 512  # layouts between two looks at the stop event and the deadline
 _REFUSAL_POINTS = 20_000  # points of the textbook's space read for the framework's refusal
 
 
@@ -37,14 +37,12 @@ def max_gpus() -> int:
 
 
 def _needs(sp: Space, check: Check) -> Iterator[tuple[Point, int]]:
-    """Each layout's least-memory point and the memory it needs (model units), checking the
-    stop event every _CHECK_EVERY layouts."""
-    for i, lay in enumerate(sp.all_layouts):
-        if i % _CHECK_EVERY == 0:
-            check()
-        p = sp.least_memory_point(lay)
-        if p is not None:
-            yield p, max(sp.cm.stage_bytes(p, st) for st in ("first", "last"))
+    """Each layout's least-memory point and the memory it needs (model units), computed for
+    _CHECK_EVERY layouts at a time, checking the stop event between them."""
+    lays = sp.all_layouts
+    for i in range(0, len(lays), _CHECK_EVERY):
+        check()
+        yield from sp.least_memory_needs(lays[i : i + _CHECK_EVERY])
 
 
 def frugal(sp: Space, check: Check = _never) -> tuple[Point, int] | None:
