@@ -80,8 +80,18 @@ class Runtime:
         context.set_trailing_metadata(((REQUEST_ID_KEY, call.request_id),))
         return call
 
-    def close_call(self, call: CallState, status: str, error: BaseException | None = None) -> None:
-        """The call's one log line and its metrics."""
+    def close_call(
+        self,
+        call: CallState,
+        status: str,
+        error: BaseException | None = None,
+        failure: RpcFailure | None = None,
+    ) -> None:
+        """The call has ended: its solve is told to stop, and its one log line and metrics
+        carry `failure`'s status if it failed, else `status`."""
+        call.stop.set()
+        if failure is not None:
+            status = failure.code.name
         elapsed = time.monotonic() - call.started
         m = self.metrics
         m.child(m.calls, call.method, status).inc()
@@ -151,10 +161,7 @@ class Runtime:
             error = err
             failure = internal(call)
         finally:
-            call.stop.set()
-            if failure is not None:
-                status = failure.code.name
-            self.close_call(call, status, error)
+            self.close_call(call, status, error, failure)
         await self.abort(context, call, failure)
 
     async def stream(
@@ -183,10 +190,7 @@ class Runtime:
             error = err
             failure = internal(call)
         finally:
-            call.stop.set()
-            if failure is not None:
-                status = failure.code.name
-            self.close_call(call, status, error)
+            self.close_call(call, status, error, failure)
         await self.abort(context, call, failure)
 
     @contextmanager
