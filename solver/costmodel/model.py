@@ -188,11 +188,17 @@ class CostModel:
         """objective_int of every point of `at` (their ZeRO stages in at.axes["z"])."""
         out = self.objective.values(rows, at)
         dom, idx = at.axes["z"]
-        dp = None
+        dp = np.zeros(len(at.row), dtype=np.int64)
         for k, z in enumerate(dom):
+            hit = np.flatnonzero(idx == k)
+            if not len(hit):
+                continue
             comm, credit = self.dp[z]
-            e = np.maximum(comm.values(rows, at) - credit.values(rows, at), 0)
-            dp = e if dp is None else np.where(idx == k, e, dp)
+            sub = at.take(hit)  # only the points of this ZeRO stage
+            e = np.maximum(comm.values(rows, sub) - credit.values(rows, sub), 0)
+            if e.dtype == object:
+                dp = dp.astype(object)
+            dp[hit] = e
         return out + dp
 
     def stage_units(self, rows: Rows, at: Points, stage: str) -> np.ndarray:

@@ -295,6 +295,10 @@ class Points:
     row: np.ndarray  # int64 positions in the rows the starts are computed over
     axes: dict[str, tuple[Sequence[object], np.ndarray]]
 
+    def take(self, at: np.ndarray) -> Points:
+        """The points at these positions."""
+        return Points(self.row[at], {a: (dom, idx[at]) for a, (dom, idx) in self.axes.items()})
+
     @staticmethod
     def of(points: Sequence[Point], rows_of: dict, domains: dict[str, Sequence[object]]) -> Points:
         """From Point objects, with each layout's row position and each axis' domain."""

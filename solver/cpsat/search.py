@@ -26,7 +26,7 @@ from meshplan.solver.space import Space
 
 FIRST_ROWS = 2  # rows in the first model; a model found infeasible doubles its rows
 REFINE_BATCH = 32  # rows whose fine bounds are computed at once
-FIRST_REFINE = 4  # rows refined first, whose best points give the first cap
+FIRST_REFINE = 16  # rows refined first, whose best points give the first cap
 GROW_MIN = 4  # rows a round adds at least, when rows below the optimum were left out
 INF = float("inf")
 ALT_MARGIN = 0.02  # an alternative is first looked for within 2% of the last answer
