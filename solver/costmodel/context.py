@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -67,6 +68,7 @@ def n_chunk(L: int, pp: int, v: int) -> int:
     return -(-L // (pp * v))
 
 
+@functools.lru_cache(maxsize=4096)  # a factor of every cost model: built once per (L, pp, v)
 def n_stage(L: int, pp: int, v: int) -> Fraction:
     return Fraction(v * n_chunk(L, pp, v))
 

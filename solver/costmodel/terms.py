@@ -71,6 +71,7 @@ class BatchFactor:
 
     def __init__(self, b: int, m: int) -> None:
         self.b, self.m = b, m
+        self._memo: dict[tuple[int, int, int], Fraction] = {}  # shared by every cost model
 
     @classmethod
     def of(cls, b: int, m: int) -> BatchFactor:
@@ -79,13 +80,16 @@ class BatchFactor:
         return cls._made[(b, m)]
 
     def __call__(self, db: tuple[int, int, int]) -> Fraction:
-        num, den = 1, 1
-        for x, e in ((db[1], self.b), (db[2], self.m)):
-            if e > 0:
-                num *= x
-            elif e < 0:
-                den *= x
-        return Fraction(num, den)
+        got = self._memo.get(db)
+        if got is None:
+            num, den = 1, 1
+            for x, e in ((db[1], self.b), (db[2], self.m)):
+                if e > 0:
+                    num *= x
+                elif e < 0:
+                    den *= x
+            got = self._memo[db] = Fraction(num, den)
+        return got
 
     def arrays(self, values: Sequence[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
         v = np.array(values, dtype=np.int64).reshape(-1, 3)
