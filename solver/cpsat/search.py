@@ -24,7 +24,7 @@ from meshplan.solver.cpsat.solve import Solved, solve
 from meshplan.solver.cpsat.tables import Stopped, Tables
 from meshplan.solver.space import Space
 
-FIRST_ROWS = 2  # rows in the first model; a model found infeasible doubles its rows
+FIRST_ROWS = 1  # rows in the first model; a model found infeasible doubles its rows
 REFINE_BATCH = 32  # rows whose fine bounds are computed at once
 FIRST_REFINE = 16  # rows refined first, whose best points give the first cap
 GROW_MIN = 4  # rows a round adds at least, when rows below the optimum were left out
