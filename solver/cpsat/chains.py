@@ -8,8 +8,6 @@ linear inequalities. The model's value equals `Compiled.value` exactly.
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 from ortools.sat.python import cp_model
 
@@ -50,10 +48,7 @@ def group_var(
         if fn is None:
             continue
         # Axis values that share a factor share one literal (their one-hot sum): far fewer links.
-        fr, dom = ax.tb.sp.cm.fracs, ax.tb.domain[axis]
-        by_frac: dict[Fraction, list[int]] = {}
-        for i in ax.values(axis):
-            by_frac.setdefault(fr(fn, dom[i]), []).append(i)
+        by_frac = ax.by_factor(axis, fn)
         nhi = _bounded(max(-(-hi * f.numerator // f.denominator) for f in by_frac))
         nlo = min(0, min(lo * f.numerator // f.denominator for f in by_frac))
         y = m.new_int_var(nlo, nhi, "x")

@@ -7,11 +7,13 @@ combinations, made when a constraint needs one."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 
 import numpy as np
 from ortools.sat.python import cp_model
 
 from meshplan.solver.costmodel import Point
+from meshplan.solver.costmodel.terms import Factor
 from meshplan.solver.cpsat.tables import Tables
 
 Literal = cp_model.IntVar | bool
@@ -52,6 +54,7 @@ class Axes:
         self._lits: dict[tuple[str, frozenset[int]], Literal] = {}
         self._masks: dict[tuple, list[tuple[object, np.ndarray]]] = {}
         self._values: dict[str, list[int]] = {}
+        self._by_frac: dict[tuple[str, Factor], dict[Fraction, list[int]]] = {}
         self._channel(pps)
 
     def _channel(self, pps: list[int]) -> None:
@@ -105,6 +108,19 @@ class Axes:
                     self.m.add(lit == self.sum_where(mask))
                     self._lits[k] = lit
         return self._lits[k]
+
+    def by_factor(self, axis: str, fn: Factor) -> dict[Fraction, list[int]]:
+        """The positions of the axis values in the model, by their factor `fn` (made once per
+        axis and factor: groups share factors)."""
+        k = (axis, fn)
+        got = self._by_frac.get(k)
+        if got is None:
+            fr, dom = self.tb.sp.cm.fracs, self.tb.domain[axis]
+            got = {}
+            for i in self.values(axis):
+                got.setdefault(fr(fn, dom[i]), []).append(i)
+            self._by_frac[k] = got
+        return got
 
     def key_positions(self, axis: str, key: Callable[[object], object]) -> dict[object, list[int]]:
         """The positions of the axis values in the model, by their key."""
