@@ -17,7 +17,8 @@ The tables and bounds of one search space (`cpsat.tables.Tables`: which axis val
 which rows, the factors, the coarse, shape and fine bounds) depend on the rows and the space's
 domains as well, so a request that repeats a space (its pins, batch and options aside from the
 time limit, workers, gap and alternatives) computes none of them again: `tables_memo`, at most
-`MAX_TABLE_BYTES` in all. `clear()` empties every cache; `info()` reports their sizes. The
+`MAX_TABLE_BYTES` in all; the space itself (its layouts and domains) and the greedy recipe's
+point over it are kept too (`space`, at most `MAX_SPACES`). `clear()` empties every cache; `info()` reports their sizes. The
 caches are per process and thread-safe.
 """
 
@@ -25,7 +26,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel import CostModel, Layout
@@ -35,9 +37,12 @@ from meshplan.solver.costmodel.point import Rows
 from meshplan.solver.hardware import Hardware
 from meshplan.solver.schema import SearchSpec, TrainingSpec
 
+T = TypeVar("T")
+
 MAX_MODELS = 64
 MAX_ROWS = 65_536
 MAX_TABLE_BYTES = 128 * 2**20
+MAX_SPACES = 64
 # Training fields that do not change the cost model's terms (they shape the search space).
 BATCH_FIELDS = ("global_batch_tokens", "critical_batch_tokens", "train_tokens")
 
@@ -46,6 +51,7 @@ _models: OrderedDict[tuple, CostModel] = OrderedDict()
 _rows: OrderedDict[tuple, Rows] = OrderedDict()
 _rows_held = 0
 _tables: OrderedDict[tuple, Memo] = OrderedDict()
+_spaces: OrderedDict[tuple, object] = OrderedDict()
 _tables_bytes = 0
 
 
@@ -90,6 +96,28 @@ def cost_model(A: Arch, H: Hardware, training: TrainingSpec, search: SearchSpec)
         while len(_models) > MAX_MODELS:
             _models.popitem(last=False)
     return cm
+
+
+def space(cm: CostModel, key: tuple, build: Callable[[], T]) -> T:
+    """The search space of a request (`Space.build`, a pure function of the cost model and the
+    request's training and search fields, which `key` must name), built once: a repeated request
+    does not enumerate its layouts again. A cost model built outside the cache: built afresh."""
+    base = getattr(cm, "cache_key", None)
+    if base is None:
+        return build()
+    k = (base, *key)
+    with _lock:
+        got = _spaces.get(k)
+        if got is not None:
+            _spaces.move_to_end(k)
+            return got
+    got = build()
+    with _lock:
+        got = _spaces.setdefault(k, got)
+        _spaces.move_to_end(k)
+        while len(_spaces) > MAX_SPACES:
+            _spaces.popitem(last=False)
+    return got
 
 
 def rows(cm: CostModel, layouts: Sequence[Layout]) -> Rows:
@@ -154,6 +182,7 @@ def clear() -> None:
         _models.clear()
         _rows.clear()
         _tables.clear()
+        _spaces.clear()
         _rows_held = _tables_bytes = 0
 
 
@@ -165,5 +194,6 @@ def info() -> dict[str, int]:
             "row_sets": len(_rows),
             "rows": _rows_held,
             "tables": len(_tables),
+            "spaces": len(_spaces),
             "table_bytes": _tables_bytes,
         }

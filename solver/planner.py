@@ -89,7 +89,8 @@ def _plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRe
     t0 = time.perf_counter()
     A, H, cm = _resolve(req)
     check_pins(A, H, req.search)
-    sp = Space.build(A, H, req.training, req.search, cm, prune=False)
+    key = (req.training.model_dump_json(), req.search.model_dump_json())
+    sp = cache.space(cm, key, lambda: Space.build(A, H, req.training, req.search, cm, prune=False))
     o = req.options
 
     def rebuild(n: int) -> Space:
@@ -137,7 +138,9 @@ def _plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRe
         bounds = tables.coarse()
     except Stopped:
         raise TimeoutError("the solve was stopped before any plan was found") from None
-    hint = greedy(tables, np.flatnonzero(np.isfinite(bounds)))
+    if "greedy" not in tables.memo:  # a pure function of the space's tables: once per space
+        tables.memo["greedy"] = greedy(tables, np.flatnonzero(np.isfinite(bounds)))
+    hint = tables.memo["greedy"]
     f = search(tables, hint, deadline, o.num_workers, o.relative_gap, o.top_k, stop_event)
     nv, nc = f.num_variables, f.num_constraints
     point, fallback = (f.points[0] if f.points else None), False

@@ -80,6 +80,29 @@ def test_a_repeated_space_reuses_its_tables(monkeypatch: pytest.MonkeyPatch) -> 
     assert calls and cache.info()["tables"] == 2
 
 
+def test_a_repeated_request_reuses_its_space_and_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    import meshplan.solver.planner as planner
+
+    cache.clear()
+    req = PlanRequest.model_validate(DENSE)
+    first = plan(req)
+    assert cache.info()["spaces"] == 1
+    calls = []
+    for name in ("greedy",):
+        real = getattr(planner, name)
+        monkeypatch.setattr(planner, name, lambda *a, _f=real: calls.append(1) or _f(*a))
+    real_build = Space.build
+    monkeypatch.setattr(Space, "build", lambda *a, **k: calls.append(2) or real_build(*a, **k))
+    again = plan(req)
+    assert calls == []  # neither the space nor the greedy hint built again
+    assert again.config == first.config and again.solver.objective == first.solver.objective
+    pinned = req.model_copy(update={"search": req.search.model_copy(update={"tp": 2})})
+    plan(pinned)  # a pin makes another space
+    assert calls and cache.info()["spaces"] == 2
+    cache.clear()
+    assert cache.info()["spaces"] == 0
+
+
 def test_the_tables_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     cache.clear()
     monkeypatch.setattr(cache, "MAX_TABLE_BYTES", 1)
