@@ -79,23 +79,34 @@ def model_key(
     )
 
 
+def _built_once(store: OrderedDict, key: tuple, build: Callable[[], T], most: int) -> T:
+    """store[key], built (outside the lock) when missing; at most `most` kept, least recently
+    used dropped first. Two threads may both build: the first stored wins."""
+    with _lock:
+        got = store.get(key)
+        if got is not None:
+            store.move_to_end(key)
+            return got
+    got = build()
+    with _lock:
+        got = store.setdefault(key, got)
+        store.move_to_end(key)
+        while len(store) > most:
+            store.popitem(last=False)
+    return got
+
+
 def cost_model(A: Arch, H: Hardware, training: TrainingSpec, search: SearchSpec) -> CostModel:
     """The request's cost model (with the constants every CostModel loads), built once."""
     constants = costmodel.load_constants()
     key = model_key(A, H, training, search, constants)
-    with _lock:
-        cm = _models.get(key)
-        if cm is not None:
-            _models.move_to_end(key)
-            return cm
-    cm = CostModel(A, H, training, search, constants)
-    cm.cache_key = key
-    with _lock:
-        cm = _models.setdefault(key, cm)
-        _models.move_to_end(key)
-        while len(_models) > MAX_MODELS:
-            _models.popitem(last=False)
-    return cm
+
+    def build() -> CostModel:
+        cm = CostModel(A, H, training, search, constants)
+        cm.cache_key = key
+        return cm
+
+    return _built_once(_models, key, build, MAX_MODELS)
 
 
 def space(cm: CostModel, key: tuple, build: Callable[[], T]) -> T:
@@ -105,19 +116,7 @@ def space(cm: CostModel, key: tuple, build: Callable[[], T]) -> T:
     base = getattr(cm, "cache_key", None)
     if base is None:
         return build()
-    k = (base, *key)
-    with _lock:
-        got = _spaces.get(k)
-        if got is not None:
-            _spaces.move_to_end(k)
-            return got
-    got = build()
-    with _lock:
-        got = _spaces.setdefault(k, got)
-        _spaces.move_to_end(k)
-        while len(_spaces) > MAX_SPACES:
-            _spaces.popitem(last=False)
-    return got
+    return _built_once(_spaces, (base, *key), build, MAX_SPACES)
 
 
 def rows(cm: CostModel, layouts: Sequence[Layout]) -> Rows:
