@@ -21,7 +21,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from meshplan.solver.schema import PlanRequest
+from meshplan.solver.schema import PINNABLE_AXES, PlanRequest
 
 H100 = "h100-sxm-80gb"
 MI = 1 << 20  # tokens
@@ -44,19 +44,7 @@ class Instance:
     @property
     def pins(self) -> str:
         """The pinned axes as `tp=8,zero_stage=3` ('-' when free)."""
-        keys = (
-            "tp",
-            "pp",
-            "dp",
-            "cp",
-            "ep",
-            "virtual_stages",
-            "micro_batch_size",
-            "num_microbatches",
-            "zero_stage",
-            "recompute",
-        )
-        shown = [f"{k}={self.search[k]}" for k in keys if k in self.search]
+        shown = [f"{k}={self.search[k]}" for k in PINNABLE if k in self.search]
         return ",".join(shown) or "-"
 
     def as_dict(self, **options: Any) -> dict[str, Any]:
@@ -288,51 +276,17 @@ SCALING_SPACE_QUICK_GPUS = 16
 
 # The search-space ladder: which axes are free at each step (the rest are pinned to the
 # all-free plan's values). Each step frees more; the last frees everything.
-SCALING_SPACE: list[tuple[str, tuple[str, ...]]] = [
+_LADDER = (  # each step frees the axes named, on top of the steps before it
     ("all pinned", ()),
     ("recompute", ("recompute",)),
-    ("+zero_stage", ("recompute", "zero_stage")),
-    ("+micro-batch", ("recompute", "zero_stage", "micro_batch_size", "num_microbatches")),
-    (
-        "+pp,dp",
-        ("recompute", "zero_stage", "micro_batch_size", "num_microbatches", "pp", "dp"),
-    ),
-    (
-        "+virtual_stages",
-        (
-            "recompute",
-            "zero_stage",
-            "micro_batch_size",
-            "num_microbatches",
-            "pp",
-            "dp",
-            "virtual_stages",
-        ),
-    ),
-    (
-        "+tp",
-        (
-            "recompute",
-            "zero_stage",
-            "micro_batch_size",
-            "num_microbatches",
-            "pp",
-            "dp",
-            "virtual_stages",
-            "tp",
-        ),
-    ),
-    ("all free", ("*",)),  # cp and ep too
-]
-PINNABLE = (
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "virtual_stages",
-    "micro_batch_size",
-    "num_microbatches",
-    "zero_stage",
-    "recompute",
+    ("+zero_stage", ("zero_stage",)),
+    ("+micro-batch", ("micro_batch_size", "num_microbatches")),
+    ("+pp,dp", ("pp", "dp")),
+    ("+virtual_stages", ("virtual_stages",)),
+    ("+tp", ("tp",)),
 )
+SCALING_SPACE: list[tuple[str, tuple[str, ...]]] = [
+    (name, tuple(a for _, more in _LADDER[: i + 1] for a in more))
+    for i, (name, _) in enumerate(_LADDER)
+] + [("all free", ("*",))]  # cp and ep too
+PINNABLE = PINNABLE_AXES

@@ -287,6 +287,21 @@ class TrainingSpec(_Strict):
         return self
 
 
+# The ParallelConfig fields a search can pin (SearchSpec has one of each), in display order.
+PINNABLE_AXES = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "virtual_stages",
+    "micro_batch_size",
+    "num_microbatches",
+    "zero_stage",
+    "recompute",
+)
+
+
 class ParallelConfig(_Strict):
     """One complete layout: the degrees, the batch knobs and the memory knobs."""
 

@@ -6,7 +6,7 @@ import csv
 from typing import IO
 
 from meshplan.solver.scheduler import AdmitResult, CurveResult, FrontResult, ReplanResult
-from meshplan.solver.schema import ParallelConfig
+from meshplan.solver.schema import PINNABLE_AXES, ParallelConfig
 
 GIB = 1 << 30
 
@@ -26,18 +26,7 @@ def layout(c: ParallelConfig | None) -> str:
 
 
 def _config_cols(c: ParallelConfig | None) -> dict:
-    keys = (
-        "tp",
-        "pp",
-        "dp",
-        "cp",
-        "ep",
-        "virtual_stages",
-        "micro_batch_size",
-        "num_microbatches",
-        "zero_stage",
-    )
-    out = {k: (getattr(c, k) if c else "") for k in keys}
+    out = {k: (getattr(c, k) if c else "") for k in PINNABLE_AXES}
     out["recompute"] = c.recompute.value if c else ""
     return out
 
