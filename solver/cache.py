@@ -18,8 +18,8 @@ which rows, the factors, the coarse, shape and fine bounds) depend on the rows a
 domains as well, so a request that repeats a space (its pins, batch and options aside from the
 time limit, workers, gap and alternatives) computes none of them again: `tables_memo`, at most
 `MAX_TABLE_BYTES` in all; the space itself (its layouts and domains) and the greedy recipe's
-point over it are kept too (`space`, at most `MAX_SPACES`). `clear()` empties every cache; `info()` reports their sizes. The
-caches are per process and thread-safe.
+point over it are kept too (`space`, at most `MAX_SPACES`). `clear()` empties every cache;
+`info()` reports their sizes. The caches are per process and thread-safe.
 """
 
 from __future__ import annotations
