@@ -247,6 +247,27 @@ def test_gemms_of_a_small_hidden_size_run_slower() -> None:
     assert small.rate_attn == big.rate_attn  # attention kernels do not scale with h
 
 
+@pytest.mark.parametrize(
+    ("tp", "cp", "ep", "etp", "b"), [(1, 1, 8, 1, 1), (4, 2, 8, 1, 1), (2, 1, 4, 2, 4)]
+)
+def test_expert_gemms_run_slower_with_fewer_tokens_per_expert(
+    tp: int, cp: int, ep: int, etp: int, b: int
+) -> None:
+    # One GEMM per local expert of m tokens, at m / (m + gemm_h0) of the rate relative to
+    # m = 8192: the per-token share plus the per-micro-batch tail over the ep·etp GPUs.
+    s = 4096
+    r = rates(MOE, TrainingSpec(seq_len=s))
+    A, h0 = r.c.A, r.c.K.gemm_h0
+    m = ep * etp * b * s * A.top_k / (tp * cp * A.E)
+    tokens = b * s / cp  # the tp group's tokens of one micro-batch (rates.py's unit)
+    got = r.expert_gemm(lay(tp, cp=cp)) + r.expert_tail_ref() / (ep * etp) / tokens
+    want = r.F_expert / (tp * r.rate_gemm) * (1 + h0 / m) / (1 + h0 / 8192)
+    assert h0 > 0
+    assert got == pytest.approx(want)
+    if m < 8192:
+        assert got > r.F_expert / (tp * r.rate_gemm)
+
+
 def _ep_comm(overlap: bool, **cfg: object) -> float:
     req = EvaluateRequest.model_validate(
         {

@@ -76,6 +76,10 @@ class Rates:
         fp8 = c.precision is Precision.FP8
         fp8_rate = H.peak_fp8 * eta * kernels * K.fp8_eff * size
         self.rate_gemm = fp8_rate if fp8 else self.rate_bf16
+        # Routed experts run one GEMM per local expert (Megatron-LM @ 1e05700 moe/experts.py
+        # TEGroupedMLP: TE GroupedLinear over m_splits = tokens_per_expert), of m tokens: the
+        # same law over m, m/(m + gemm_h0) relative to m = GEMM_REF_H; expert_tail_ref the h0.
+        self.rate_expert = self.rate_gemm * (GEMM_REF_H + K.gemm_h0) / GEMM_REF_H
         self.rate_attn = H.peak_bf16 * eta * K.attention(family)  # BF16 flash attention
         self.moe = A.n_moe_layers / A.L
         self.dense = A.n_dense_layers / A.L
@@ -135,7 +139,7 @@ class Rates:
     @rowwise
     def expert_gemm(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Routed experts: balanced, each group token's top_k copies split over the tp GPUs."""
-        return self.F_expert / (lay.tp * self.rate_gemm)
+        return self.F_expert / (lay.tp * self.rate_expert)
 
     @rowwise
     def attention(self, lay: LayoutOrRows) -> np.ndarray | float:
@@ -187,6 +191,14 @@ class Rates:
     def expert_weight_traffic_ref(self) -> float:
         """Per micro-batch per layer, all experts of a layer; the te factor is 1/(ep·etp)."""
         return self.c.K.mem_exposed * WEIGHT_TRAFFIC * self.params_expert / self.c.H.hbm_bw
+
+    def expert_tail_ref(self) -> float:
+        """Per micro-batch per layer, all experts of a layer (te factor 1/(ep·etp)): each local
+        expert's GEMMs take as long as if they had gemm_h0 more tokens, so that m tokens run at
+        m/(m + h0) of the rate (tile and wave quantization, NVIDIA's Matrix Multiplication
+        Background guide), m = ep·etp·b·s·top_k/(tp·cp·E) tokens per expert and micro-batch."""
+        A = self.c.A
+        return self.moe * A.E * self.c.K.gemm_h0 * 6.0 * A.mlp_params(A.fe) / self.rate_expert
 
     @rowwise
     def head(self, lay: LayoutOrRows) -> np.ndarray | float:

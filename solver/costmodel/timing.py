@@ -80,15 +80,25 @@ def _moe_terms(c: Ctx, R: Rates, x: _Axes) -> list[Term]:
     _pair(
         terms,
         "compute",
-        lambda lay, _: R.expert_weight_traffic_ref() * fx(lay),
+        lambda lay, _: (R.expert_weight_traffic_ref() + R.expert_tail_ref()) * fx(lay),
         x,
         False,
         te=inv_ep,
     )
     if not restricted:
         _pair(terms, "ep_comm", lambda lay, _: unit_mb * fx(lay), x, False, te=latency)
-    # Full recomputation replays the forward: half the all-to-alls and permutations (never
-    # overlapped where the overlap refuses full recomputation).
+    # Full recomputation replays the forward: a third of the experts' per-GEMM tail, half the
+    # all-to-alls and permutations (never overlapped where the overlap refuses full recompute).
+    _pair(
+        terms,
+        "recompute",
+        lambda lay, on: R.expert_tail_ref() / 3 * fx(lay) if on else 0.0,
+        x,
+        False,
+        te=inv_ep,
+        sel="r",
+        key=lambda r: r is Recompute.FULL,
+    )
     replayed = _raw_a2a(R, unit) if restricted else exposed
     half = lambda te: _ratio(float(replayed(te) + permute(te)) / 2)  # noqa: E731
     full = lambda r: r is Recompute.FULL  # noqa: E731
