@@ -84,6 +84,9 @@ class Recipe:
     gather_transient: int = 0  # ZeRO-3: per parameter of one unit beyond its gathered copies
     pipelined_reduce: int = 0  # pp > 1: per parameter of one unit at the step's one reduction
     pipeline_buffers: bool = False  # pp > 1: a receive buffer per micro-batch and chunk
+    # K,V repeated to the query heads before attention (torchtitan @ 9dec370 models/llama/
+    # model.py repeat_kv; since then SDPA's enable_gqa): the width cp all-gathers (memory.py)
+    kv_repeated: bool = False
 
 
 @dataclass(frozen=True)

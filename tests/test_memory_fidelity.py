@@ -14,10 +14,6 @@ import pytest
 from meshplan.tools.calibration import evaluate_runs, load_all
 
 RESULTS = {r.id: r for r in evaluate_runs([r for r in load_all() if r.memory_gib is not None])}
-# torchtitan's Llama 3.1 405B pipeline runs (Dec 2024) publish 72.7-84.9 GiB for layouts whose
-# tenants are the same per GPU (the interleaved, 1F1B and cp 1/2/4/8 runs): no per-GPU model
-# puts all six within 3% under. The run the target misses, with the bound it keeps.
-UNDER_BEYOND_TARGET = {"torchtitan_2412_llama31_405B_t6_4d_cp8_256k": -0.05}
 
 
 @pytest.mark.parametrize("source", ["torchtitan", "seed001"])
@@ -30,7 +26,7 @@ def test_median_memory_error(source: str) -> None:
 @pytest.mark.parametrize("run_id", sorted(RESULTS))
 def test_never_under_predicted_by_more_than_3_percent(run_id: str) -> None:
     err = RESULTS[run_id].memory_error
-    assert err >= UNDER_BEYOND_TARGET.get(run_id, -0.03), (run_id, err)
+    assert err >= -0.03, (run_id, err)
 
 
 def test_the_pipeline_runs_need_unsharded_fp32_gradients() -> None:
@@ -38,3 +34,15 @@ def test_the_pipeline_runs_need_unsharded_fp32_gradients() -> None:
     # (solver/profiles.py TORCHTITAN): without that, the 405B runs came out 20-31% under.
     r = RESULTS["torchtitan_2412_llama31_405B_t5_3d_1f1b"]
     assert abs(r.memory_error) < 0.03
+
+
+def test_context_parallelism_by_all_gather_holds_the_whole_sequences_kv() -> None:
+    # torchtitan's 405B at 32K tokens per GPU publishes 75.3, 75.9, 77.1 and 84.9 GiB at cp 1,
+    # 2, 4 and 8: the all-gathered K,V (s·2·(a/tp)·d bytes, K,V repeated to the query heads at
+    # that version) grows with the whole sequence; the cp 8 run was 4.3% under without it.
+    runs = [f"torchtitan_2412_llama31_405B_t6_4d_cp{c}_{k}k" for c, k in ((1, 32), (8, 256))]
+    one, eight = (RESULTS[r] for r in runs)
+    gathered = 262144 * 2 * (128 // 8) * 128 * 2 / 2**30  # GiB: cp 8's buffer
+    grown = eight.predicted_memory_gib - one.predicted_memory_gib
+    assert gathered <= grown <= 1.15 * gathered  # plus the fragmentation share of the reserve
+    assert eight.memory_error >= -0.03

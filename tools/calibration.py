@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.costmodel.constants import Constants
+from meshplan.solver.costmodel.context import recipe_for
 from meshplan.solver.hardware import GIB, resolve_cluster
 from meshplan.solver.schema import ParallelConfig
 from meshplan.tools.calibration_data import (
@@ -115,9 +116,11 @@ def evaluate_run(
     mem_pred = mem_err = None
     if memory and run.memory_gib is not None:
         mcm = cm
-        if run.memory_precision is not run.training.precision:
+        if run.memory_precision is not run.training.precision or run.kv_repeated:
             tr = run.training.model_copy(update={"precision": run.memory_precision})
-            mcm = CostModel(A, H, tr, run.search, constants)
+            rec = recipe_for(tr.framework, tr.precision, tr.grad_reduce_in_bf16)
+            rec = replace(rec, kv_repeated=run.kv_repeated)
+            mcm = CostModel(A, H, tr, run.search, constants, recipe=rec)
         bill = mcm.memory_bill(p)
         used = bill.total - bill.reserve
         if run.memory_basis == "reserved":  # caching allocator: the fragmentation share too

@@ -206,6 +206,8 @@ def _run_from_published(rec: dict[str, Any]) -> CalibrationRun:
         source_mfu=source_mfu,
         memory_gib=mem,
         memory_basis="reserved" if mem is not None else None,
+        # torchtitan @ 9dec370 models/llama/model.py: repeat_kv before F.scaled_dot_product_attention
+        kv_repeated="torchtitan 9dec370" in rec["framework"],
         assumptions=used,
         unstated=tuple(unstated),
         even_layers=megatron,  # Megatron-LM 2021-22: layers split evenly over pp·v

@@ -98,6 +98,14 @@ class CalibrationRun(_Strict):
             "(tools/calibration_knobs.py), the others kept as published."
         ),
     )
+    kv_repeated: bool = Field(
+        default=False,
+        description=(
+            "The framework version repeats K,V to the query heads before attention (torchtitan "
+            "@ 9dec370 models/llama/model.py repeat_kv), so context parallelism gathers a·d "
+            "per token, not kv·d (the memory recipe's kv_repeated)."
+        ),
+    )
     even_layers: bool = Field(
         default=False,
         description=(

@@ -87,6 +87,8 @@ DEFAULTS = {
         "FSDP2 with pp > 1 scored as ZeRO-1: torchtitan sets reshard_after_forward=False under "
         "PP and syncs gradients on the last micro-batch, so weights and gradients stay unsharded "
         "through the step (one all-gather, one reduce-scatter per step)",
+        "the Dec 2024 runs (torchtitan 9dec370) repeat K,V to the query heads before SDPA "
+        "(models/llama/model.py repeat_kv): context parallelism all-gathers them at that width",
     ],
     "mosaicml": [
         "GELU MLP (expansion 4) and tied embeddings (MPT)",

@@ -18,8 +18,9 @@ import numpy as np
 
 from meshplan.solver.costmodel import activations
 from meshplan.solver.costmodel.context import ACT_BYTES, Ctx, n_chunk, n_stage
-from meshplan.solver.costmodel.point import LayoutOrRows, pick
+from meshplan.solver.costmodel.point import LayoutOrRows, maximum, pick
 from meshplan.solver.costmodel.terms import BatchFactor, Term
+from meshplan.solver.profiles import profile_of
 from meshplan.solver.schema import Recompute
 
 TENANTS = ("weights", "gradients", "optimizer", "activations")
@@ -52,6 +53,17 @@ def _extras(c: Ctx, lay: LayoutOrRows, stage: str) -> np.ndarray:
     embed = A.embed_params / (lay.tp if c.recipe.vocab_parallel else 1)
     head = pick(A.tied & one, A.h, A.V * A.h + A.h) / lay.tp
     return pick(one, embed + head, embed if stage == "first" else head)
+
+
+def _kv_gathered(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
+    """Context parallelism by all-gather: the attention of a layer (forward, and again in its
+    backward) holds the K,V of the whole sequence, the cp shards gathered into one buffer
+    (pytorch @ 0123248 torch/distributed/tensor/experimental/_attention.py _AllGatherRotater;
+    torchtitan @ 9dec370 config_manager.py context_parallel_rotate_method 'allgather')."""
+    A = c.A
+    heads = A.a if c.recipe.kv_repeated else A.kv
+    per_rank = maximum(heads * A.head_dim / lay.tp, A.head_dim)  # kv heads < tp: replicated
+    return pick(lay.cp > 1, c.s * 2 * per_rank * ACT_BYTES, 0.0)
 
 
 def _fsdp_transients(c: Ctx, terms: list[Term], dense_tp, expert, inv_group) -> None:  # noqa: ANN001
@@ -196,6 +208,8 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     mb = BatchFactor.of(1, 0)
     terms.append(Term("activations", transient, sel="r", db=mb))
     terms.append(Term("activations", logits, db=mb))
+    if not (c.overlaps.cp_ring if c.overlaps else profile_of(c.framework).timing.cp_ring):
+        terms.append(Term("activations", lambda lay, _: _kv_gathered(c, lay), db=mb))
     if rc.pipeline_buffers:
         # One receive buffer per micro-batch and chunk (gradients on the first stage, inputs on
         # the last): the stage boundary, split over tp by sequence parallelism and over cp.

@@ -1,0 +1,49 @@
+"""Context parallelism's K,V buffers in memory (solver/costmodel/memory.py _kv_gathered): a
+framework that all-gathers the K,V shards (torchtitan, PyTorch's _AllGatherRotater) holds the
+whole sequence's K,V while a layer's attention runs; a ring (Megatron's p2p) holds hops only."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from meshplan.solver.arch import resolve_model
+from meshplan.solver.costmodel import CostModel, Point
+from meshplan.solver.costmodel.context import recipe_for
+from meshplan.solver.hardware import resolve_cluster
+from meshplan.solver.schema import (
+    ClusterSpec,
+    Framework,
+    ModelSpec,
+    ParallelConfig,
+    SearchSpec,
+    TrainingSpec,
+)
+
+SEQ = 8 * 32768
+A = resolve_model(ModelSpec(preset="llama3-70b"))
+H = resolve_cluster(ClusterSpec(gpu="h100-sxm-80gb", num_gpus=64))
+
+
+def _activations(framework: Framework, cp: int, repeated: bool = False) -> float:
+    t = TrainingSpec(seq_len=SEQ, framework=framework)
+    rec = replace(recipe_for(framework, t.precision), kv_repeated=repeated)
+    cm = CostModel(A, H, t, SearchSpec(), recipe=rec)
+    cfg = ParallelConfig(tp=8, pp=1, dp=8 // cp, cp=cp, micro_batch_size=1, num_microbatches=1)
+    cfg = cfg.model_copy(update={"zero_stage": 3, "recompute": "FULL", "sequence_parallel": True})
+    return cm.memory_bill(Point.from_config(cfg)).activations
+
+
+@pytest.mark.parametrize("repeated", [False, True])
+def test_all_gather_holds_the_whole_sequences_kv(repeated: bool) -> None:
+    heads = A.a if repeated else A.kv
+    whole = SEQ * 2 * (heads * A.head_dim / 8) * 2  # K and V, bf16, a tp rank's heads
+    # cp 8 holds an eighth of cp 1's activations (cp 1 gathers nothing), and the whole K,V
+    one, eight = (_activations(Framework.TORCHTITAN, c, repeated) for c in (1, 8))
+    assert eight == pytest.approx(one / 8 + whole)
+
+
+def test_a_ring_holds_no_gathered_kv() -> None:
+    one, eight = (_activations(Framework.MEGATRON, c) for c in (1, 8))
+    assert eight == pytest.approx(one / 8)
