@@ -4,11 +4,14 @@ grow with the group, and the overlaps each framework runs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from meshplan.solver import EvaluateRequest, evaluate
 from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel import CostModel, Layout, Point
+from meshplan.solver.costmodel.constants import load_constants
 from meshplan.solver.costmodel.framework_timing import overlaps_for
 from meshplan.solver.costmodel.rates import CAUSAL, Rates
 from meshplan.solver.hardware import resolve_cluster
@@ -107,9 +110,29 @@ def test_expert_all_to_all_is_in_node_when_the_group_fits_a_node() -> None:
 def test_overlapping_the_all_to_all_hides_it_behind_compute() -> None:
     plain = rates(MOE, TrainingSpec(seq_len=4096))
     over = rates(MOE, TrainingSpec(seq_len=4096, ep_comm_overlap=True))
-    hide = plain.compute(lay()) + plain.traffic(lay())
-    assert over.ep_exposed((1, 16), hide) < plain.ep_exposed((1, 16), hide)
-    assert over.ep_exposed((1, 16), hide) >= over.c.K.eps_ep * over.a2a((1, 16))
+    experts = plain.expert_gemm(lay())
+    attn = plain.compute(lay()) + plain.traffic(lay()) - experts
+    assert over.ep_exposed((1, 16), attn, experts) < plain.ep_exposed((1, 16), attn, experts)
+    assert over.ep_exposed((1, 16), attn, experts) >= over.c.K.eps_ep * over.a2a((1, 16))
+
+
+def test_the_ep_overlap_hides_each_all_to_all_behind_its_own_phase() -> None:
+    # Megatron's 1F1B overlap pairs each all-to-all with one compute block of the other
+    # micro-batch: a quarter of the traffic behind the attention's forward (a third of it), half
+    # behind the experts (forward and backward), a quarter behind the attention's backward.
+    A = resolve_model(MOE)
+    H = resolve_cluster(ClusterSpec(gpu="h100-sxm-80gb", num_gpus=64))
+    t = TrainingSpec(seq_len=4096, ep_comm_overlap=True)
+    r = CostModel(A, H, t, SearchSpec(), replace(load_constants(), eps_ep=0.0)).rates
+    raw, big = r.a2a((1, 16)), 100 * r.a2a((1, 16))
+    assert r.ep_exposed((1, 16), big, big) == 0.0
+    assert r.ep_exposed((1, 16), big, 0.0) == pytest.approx(raw / 2)  # no experts to hide behind
+    assert r.ep_exposed((1, 16), 0.0, big) == pytest.approx(raw / 2)
+    # an attention of 3/8 of the traffic: its forward (1/8) hides half of the first quarter,
+    # its backward (1/4) all of the last
+    assert r.ep_exposed((1, 16), 3 * raw / 8, big) == pytest.approx(raw / 8)
+    # the same total compute in one block hid all of it before; phase by phase it cannot
+    assert r.ep_exposed((1, 16), 3 * raw / 8, 5 * raw / 8) > 0
 
 
 def test_latency_grows_with_the_collective() -> None:

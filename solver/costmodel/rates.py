@@ -291,13 +291,22 @@ class Rates:
         per = 2 * 2 * 2 * (1 + A.top_k) * A.h * ACT_BYTES * _etp(te) / te[0]
         return self.moe * per / self.c.H.hbm_bw
 
-    def ep_exposed(self, te: tuple[int, ...], layer: float, overlap: bool | None = None) -> float:
+    def ep_exposed(
+        self, te: tuple[int, ...], attn: float, experts: float, overlap: bool | None = None
+    ) -> float:
         """Exposed all-to-all: all of it, or with the 1F1B overlap (`overlap`, default the
-        request's) what another micro-batch's compute `layer` (s per token) does not hide."""
+        request's) what the other micro-batch's compute does not hide, phase by phase: combine
+        backward behind the attention block's forward, dispatch forward and backward behind the
+        experts' backward and forward, combine forward behind the attention's backward
+        (Megatron-LM @ d98e8a6 models/common/model_chunk_schedule_plan.py
+        TransformerLayerSchedulePlan.run); `attn`, `experts`: s per token, forward + backward
+        (a third forward)."""
         raw = self.a2a(te)
         if not (self.ov.ep if overlap is None else overlap):
             return raw
-        return max(self.c.K.eps_ep * raw, raw - layer)
+        phases = max(0.0, raw / 4 - attn / 3) + max(0.0, raw / 2 - experts)
+        phases += max(0.0, raw / 4 - 2 * attn / 3)
+        return max(self.c.K.eps_ep * raw, phases)
 
     def ep_latency(self, te: tuple[int, ...], overlap: bool | None = None) -> float:
         """Per micro-batch per layer: 4 all-to-alls of ep−1 messages each."""

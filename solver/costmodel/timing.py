@@ -61,9 +61,10 @@ def _moe_terms(c: Ctx, R: Rates, x: _Axes) -> list[Term]:
     unit_mb = unit * c.s
 
     def exposed(te: tuple[int, ...]) -> Fraction:
-        lay = _tp_only(te[0])  # one row: Python floats
-        hide = R.compute(lay) + R.traffic(lay)  # another micro-batch's layer (1F1B a2a overlap)
-        return _ratio(R.ep_exposed(te, hide) / unit)
+        lay = _tp_only(te[0])  # one row: Python floats; the other micro-batch's layer hides
+        experts = R.expert_gemm(lay)
+        attn = R.compute(lay) + R.traffic(lay) - experts  # the rest of the layer
+        return _ratio(R.ep_exposed(te, attn, experts) / unit)
 
     permute = lambda te: _ratio(R.permute(te) / unit)  # noqa: E731
     etp = lambda te: Fraction(_etp(te))  # noqa: E731
@@ -116,7 +117,7 @@ def _moe_terms(c: Ctx, R: Rates, x: _Axes) -> list[Term]:
 
 
 def _raw_a2a(R: Rates, unit: float):  # noqa: ANN202
-    return lambda te: _ratio(R.ep_exposed(te, 0.0, overlap=False) / unit)
+    return lambda te: _ratio(R.ep_exposed(te, 0.0, 0.0, overlap=False) / unit)
 
 
 def _ep_where_legal(terms: list[Term], c: Ctx, R: Rates, x: _Axes, exposed) -> None:  # noqa: ANN001
