@@ -18,8 +18,11 @@ which rows, the factors, the coarse, shape and fine bounds) depend on the rows a
 domains as well, so a request that repeats a space (its pins, batch and options aside from the
 time limit, workers, gap and alternatives) computes none of them again: `tables_memo`, at most
 `MAX_TABLE_BYTES` in all; the space itself (its layouts and domains) and the greedy recipe's
-point over it are kept too (`space`, at most `MAX_SPACES`). `clear()` empties every cache;
-`info()` reports their sizes. The caches are per process and thread-safe.
+point over it are kept too (`space`, at most `MAX_SPACES`). Whether a request fits on k GPUs
+(what the explanation's search for the smallest cluster asks, count after count) depends on the
+request less its GPU count, so requests for one job at several counts share the answers
+(`fits_by_count`, at most `MAX_FIT_KEYS` such requests). `clear()` empties every cache; `info()`
+reports their sizes. The caches are per process and thread-safe.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 from meshplan.solver.arch import Arch
@@ -43,6 +47,7 @@ MAX_MODELS = 64
 MAX_ROWS = 65_536
 MAX_TABLE_BYTES = 128 * 2**20
 MAX_SPACES = 64
+MAX_FIT_KEYS = 1024  # a few dozen counts each: well under 1 MiB in all
 # Training fields that do not change the cost model's terms (they shape the search space).
 BATCH_FIELDS = ("global_batch_tokens", "critical_batch_tokens", "train_tokens")
 
@@ -52,6 +57,7 @@ _rows: OrderedDict[tuple, Rows] = OrderedDict()
 _rows_held = 0
 _tables: OrderedDict[tuple, Memo] = OrderedDict()
 _spaces: OrderedDict[tuple, object] = OrderedDict()
+_fits: OrderedDict[tuple, dict[int, bool]] = OrderedDict()
 _tables_bytes = 0
 
 
@@ -119,6 +125,25 @@ def space(cm: CostModel, key: tuple, build: Callable[[], T]) -> T:
     return _built_once(_spaces, (base, *key), build, MAX_SPACES)
 
 
+def fits_by_count(cm: CostModel, training: TrainingSpec, search: SearchSpec) -> dict[int, bool]:
+    """Whether the request fits on k GPUs, by k, as far as known: shared by the requests that
+    differ from it only in cluster.num_gpus (and search.allow_fewer_gpus, which the search for
+    the smallest cluster sets off). The cost model's memory, all the answer reads of it, does
+    not depend on the GPU count. A cost model built outside the cache: a fresh dict."""
+    base = getattr(cm, "cache_key", None)
+    if base is None:
+        return {}
+    A, H, *rest = base
+    key = (
+        A,
+        replace(H, num_gpus=0),
+        *rest,
+        training.model_dump_json(),
+        search.model_copy(update={"allow_fewer_gpus": False}).model_dump_json(),
+    )
+    return _built_once(_fits, key, dict, MAX_FIT_KEYS)
+
+
 def rows(cm: CostModel, layouts: Sequence[Layout]) -> Rows:
     """The rows of these layouts, with the start tables already computed over them for this
     cost model (a cost model built outside the cache gets fresh rows)."""
@@ -182,11 +207,13 @@ def clear() -> None:
         _rows.clear()
         _tables.clear()
         _spaces.clear()
+        _fits.clear()
         _rows_held = _tables_bytes = 0
 
 
 def info() -> dict[str, int]:
-    """The caches' sizes: cost models, row sets, layout rows, spaces' tables and their bytes."""
+    """The caches' sizes: cost models, row sets, layout rows, spaces' tables and their bytes,
+    spaces, requests (less their GPU count) with counts known to fit or not, and those counts."""
     with _lock:
         return {
             "models": len(_models),
@@ -195,4 +222,6 @@ def info() -> dict[str, int]:
             "tables": len(_tables),
             "spaces": len(_spaces),
             "table_bytes": _tables_bytes,
+            "fit_requests": len(_fits),
+            "fit_counts": sum(len(v) for v in _fits.values()),
         }

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 from annotated_types import Le
 
-from meshplan.solver.costmodel import CostModel, Point
+from meshplan.solver.costmodel import CostModel, Layout, Point
 from meshplan.solver.costmodel.model import MEMORY_UNIT
 from meshplan.solver.cpsat.tables import Stopped
 from meshplan.solver.hardware import GIB
@@ -52,9 +52,21 @@ def frugal(sp: Space, check: Check = _never) -> tuple[Point, int] | None:
     return min(_needs(sp, check), key=lambda pn: pn[1], default=None)
 
 
+def _fit_order(lay: Layout) -> tuple[int, int]:
+    return -lay.tp * lay.cp, lay.pp
+
+
 def feasible_at(sp: Space, check: Check = _never) -> bool:
-    """Whether some layout's least-memory point fits (stops at the first that does)."""
-    return any(need <= sp.cm.budget for _, need in _needs(sp, check))
+    """Whether some layout's least-memory point fits, _CHECK_EVERY layouts at a time, stopping
+    at the first batch where one does; those that split activations most (the largest tp·cp,
+    then the fewest stages) first: they fit most often."""
+    lays = sorted(sp.all_layouts, key=_fit_order)
+    for i in range(0, len(lays), _CHECK_EVERY):
+        check()
+        needs = sp.least_memory_needs(lays[i : i + _CHECK_EVERY], kept=False)
+        if any(need <= sp.cm.budget for _, need in needs):
+            return True
+    return False
 
 
 def _gib(x: float) -> str:
@@ -135,14 +147,23 @@ class MinGpus:
     from the request's count up to the schema's cap, then bisection; `searched_to` is the
     largest count tried so far (kept when the search is stopped)."""
 
-    def __init__(self, rebuild: Callable[[int], Space], check: Check = _never) -> None:
+    def __init__(
+        self,
+        rebuild: Callable[[int], Space],
+        check: Check = _never,
+        known: dict[int, bool] | None = None,
+    ) -> None:
         self.rebuild, self.check = rebuild, check
+        self.known = {} if known is None else known  # count -> fits (cache.fits_by_count)
         self.searched_to = 0
 
     def ok(self, k: int) -> bool:
         self.check()
         self.searched_to = max(self.searched_to, k)
-        return feasible_at(self.rebuild(k), self.check)
+        got = self.known.get(k)
+        if got is None:  # only a finished answer is kept (Stopped leaves none)
+            got = self.known[k] = feasible_at(self.rebuild(k), self.check)
+        return got
 
     def find(self, n: int, gpn: int, limit: int) -> int:
         """0 when no count up to `limit` fits."""
@@ -174,10 +195,16 @@ def min_gpus(rebuild: Callable[[int], Space], n: int, gpn: int, limit: int | Non
 
 
 def explain(
-    sp: Space, rebuild: Callable[[int], Space], search_min: bool, check: Check = _never
+    sp: Space,
+    rebuild: Callable[[int], Space],
+    search_min: bool,
+    check: Check = _never,
+    known: dict[int, bool] | None = None,
 ) -> Explanation:
     """The explanation of an infeasible request, computed under `check` (the solve's stop event
-    and deadline); a part cut short says so instead of running on."""
+    and deadline); a part cut short says so instead of running on. `known`: whether the request
+    fits on k GPUs, by k, as far as known (read and filled by the search for the smallest
+    cluster)."""
     try:
         text, need = reason(sp, check)
     except Stopped:
@@ -192,7 +219,7 @@ def explain(
     if not search_min or need == 0:  # no layout to size, or the rules refuse at any size
         return Explanation(reason=text, min_gpus=0, min_memory_bytes=need)
     limit = max_gpus()
-    search = MinGpus(rebuild, check)
+    search = MinGpus(rebuild, check, known)
     try:
         m = search.find(sp.H.num_gpus, sp.H.gpn, limit)
     except Stopped:

@@ -111,7 +111,8 @@ def _plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRe
             raise Stopped()
 
     def infeasible(status: str, solve_s: float, nvars: int = 0, ncons: int = 0) -> PlanResult:
-        why = explain(sp, rebuild, o.explain, check)  # under the same deadline and stop event
+        known = cache.fits_by_count(cm, req.training, req.search)
+        why = explain(sp, rebuild, o.explain, check, known)  # under the deadline and stop event
         info = SolverInfo(
             status=status,
             objective=0,

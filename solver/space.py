@@ -34,6 +34,8 @@ from meshplan.solver.rules import (
 )
 from meshplan.solver.schema import Precision, Recompute, SearchSpec, TrainingSpec
 
+_AXES = ("pv", "db", "te", "r", "z")  # a point's axes besides its layout row
+
 __all__ = ["Batch", "Space", "batch_of", "divisors", "fewer_gpu_counts", "violations"]
 
 
@@ -111,7 +113,8 @@ class Space:
     te: list[tuple[int, int, int]] = field(default_factory=list)  # (tp, ep, etp)
     rs: list[Recompute] = field(default_factory=list)
     zs: list[int] = field(default_factory=list)
-    _zcache: dict = field(default_factory=dict, repr=False)  # zero_values by (pp > 1, dp·cp > 1)
+    # zero_values by (pp > 1, dp·cp > 1), and the least-memory expert group by (tp, cp, dp)
+    _zcache: dict = field(default_factory=dict, repr=False)
 
     @staticmethod
     def build(
@@ -270,31 +273,69 @@ class Space:
         """The row's point of least memory: memory falls with a higher ZeRO stage (of those the
         framework runs on the row), fuller recomputation, a smaller micro-batch and count, a
         larger expert group and one chunk per stage, so this point bounds the row's others."""
-        dbs = [x for x in self.db_all if x[0] == row.dp]
-        tes = [x for x in self.te_all if x[0] == row.tp and folds(row.tp, row.cp, row.dp, *x[1:])]
+        bm = self._least_db.get(row.dp)
+        te = self._least_te(row.tp, row.cp, row.dp)
         zs = self.zero_values(row)
-        if not dbs or not tes or not zs:
+        if bm is None or te is None or not zs:
             return None
-        _, b, m = min(dbs, key=lambda x: (x[1], x[2]))
-        _, e, et = max(tes, key=lambda x: (x[1] * x[2], x[1]))
+        return Point(row, 1, bm[0], bm[1], te[0], te[1], self._least_r, max(zs))
+
+    @cached_property
+    def _least_db(self) -> dict[int, tuple[int, int]]:
+        """Per dp, the smallest (micro-batch size, count) of `db_all` (sorted: its first)."""
+        out: dict[int, tuple[int, int]] = {}
+        for d, b, m in self.db_all:
+            out.setdefault(d, (b, m))
+        return out
+
+    @cached_property
+    def _least_r(self) -> Recompute:
         order = [Recompute.FULL, Recompute.SELECTIVE, Recompute.NONE]
-        return Point(row, 1, b, m, e, et, min(self.rs, key=order.index), max(zs))
+        return min(self.rs, key=order.index)
+
+    def _least_te(self, tp: int, cp: int, dp: int) -> tuple[int, int] | None:
+        """The largest expert group (ep·etp, then ep) of `te_all` with this tp folding into
+        tp·cp·dp (the first in `te_all`'s order on a tie), per (tp, cp, dp) once."""
+        k = ("te", tp, cp, dp)
+        if k not in self._zcache:
+            tes = [x for x in self._te_by_tp.get(tp, ()) if folds(tp, cp, dp, x[1], x[2])]
+            best = max(tes, key=lambda x: (x[1] * x[2], x[1]), default=None)
+            self._zcache[k] = None if best is None else best[1:]
+        return self._zcache[k]
+
+    @cached_property
+    def _te_by_tp(self) -> dict[int, list[tuple[int, int, int]]]:
+        out: dict[int, list[tuple[int, int, int]]] = {}
+        for x in self.te_all:
+            out.setdefault(x[0], []).append(x)
+        return out
 
     def least_memory_needs(
-        self, layouts: Sequence[Layout] | None = None
+        self, layouts: Sequence[Layout] | None = None, kept: bool = True
     ) -> list[tuple[Point, int]]:
         """Each layout's least-memory point (layouts with none are left out) and the memory it
         needs on its fuller stage (model units: exactly `cm.stage_bytes`), computed for all the
-        layouts (default: every layout of the space) at once."""
+        layouts (default: every layout of the space) at once; over rows kept in the cache (the
+        planner's, when these are its layouts) unless `kept` is False (a one-off set)."""
         lays = list(self.all_layouts if layouts is None else layouts)
-        pts = [p for p in map(self.least_memory_point, lays) if p is not None]
+        pts, pos = [], []
+        dom: dict[str, dict] = {a: {} for a in _AXES}  # each axis' values, in order of appearance
+        idx: dict[str, list[int]] = {a: [] for a in _AXES}
+        for i, lay in enumerate(lays):
+            p = self.least_memory_point(lay)
+            if p is None:
+                continue
+            pts.append(p)
+            pos.append(i)
+            for a in _AXES:
+                d = dom[a]
+                idx[a].append(d.setdefault(p.axis(a), len(d)))
         if not pts:
             return []
-        rows = cache.rows(self.cm, lays)
-        at = Points.of(
-            pts,
-            {lay: i for i, lay in enumerate(lays)},
-            {a: list(dict.fromkeys(p.axis(a) for p in pts)) for a in ("pv", "db", "te", "r", "z")},
+        rows = cache.rows(self.cm, lays) if kept else Rows.of(lays)
+        at = Points(
+            np.array(pos, dtype=np.int64),
+            {a: (list(dom[a]), np.array(idx[a], dtype=np.int64)) for a in _AXES},
         )
         need = np.max(np.array([self.cm.stage_units(rows, at, st) for st in STAGES]), axis=0)
         return list(zip(pts, (int(x) for x in need.tolist()), strict=True))
