@@ -19,7 +19,7 @@ from meshplan.solver.hardware import GIB
 from meshplan.solver.results import Explanation
 from meshplan.solver.rules import framework_violations
 from meshplan.solver.schema import ClusterSpec, Framework
-from meshplan.solver.space import Space
+from meshplan.solver.space import Space, fewer_gpu_counts
 
 Check = Callable[[], None]
 _CHECK_EVERY = 512  # layouts between two looks at the stop event and the deadline
@@ -67,6 +67,18 @@ def feasible_at(sp: Space, check: Check = _never) -> bool:
         if any(need <= sp.cm.budget for _, need in needs):
             return True
     return False
+
+
+def space_counts(sp: Space) -> list[int]:
+    """The GPU counts the space's layouts use: the request's, and fewer when it allows them."""
+    n = sp.H.num_gpus
+    return fewer_gpu_counts(n, sp.H.gpn) if sp.search.allow_fewer_gpus else [n]
+
+
+def known_infeasible(sp: Space, known: dict[int, bool]) -> bool:
+    """Whether every count of the space is known not to fit (`known`: cache.fits_by_count):
+    then no layout's least-memory point fits, and nothing does."""
+    return all(known.get(g) is False for g in space_counts(sp))
 
 
 def _gib(x: float) -> str:
@@ -216,6 +228,8 @@ def explain(
             min_gpus=0,
             min_memory_bytes=0,
         )
+    if need and known is not None:  # memory refuses every layout, so each count of the space
+        known.update(dict.fromkeys(space_counts(sp), False))
     if not search_min or need == 0:  # no layout to size, or the rules refuse at any size
         return Explanation(reason=text, min_gpus=0, min_memory_bytes=need)
     limit = max_gpus()

@@ -14,7 +14,7 @@ from meshplan.solver.blas import one_blas_thread
 from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.cpsat.search import search
 from meshplan.solver.cpsat.tables import Stopped, Tables
-from meshplan.solver.explain import explain
+from meshplan.solver.explain import explain, known_infeasible
 from meshplan.solver.greedy import greedy
 from meshplan.solver.hardware import Hardware, resolve_cluster
 from meshplan.solver.profiles import check_request
@@ -111,7 +111,6 @@ def _plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRe
             raise Stopped()
 
     def infeasible(status: str, solve_s: float, nvars: int = 0, ncons: int = 0) -> PlanResult:
-        known = cache.fits_by_count(cm, req.training, req.search)
         why = explain(sp, rebuild, o.explain, check, known)  # under the deadline and stop event
         info = SolverInfo(
             status=status,
@@ -132,7 +131,8 @@ def _plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRe
             solver=info,
         )
 
-    if not (sp.layouts and sp.pv and sp.db and sp.te):
+    known = cache.fits_by_count(cm, req.training, req.search)  # counts known to fit, or not
+    if not (sp.layouts and sp.pv and sp.db and sp.te) or known_infeasible(sp, known):
         return infeasible("INFEASIBLE", 0.0)
     tables = Tables(sp, check)
     try:

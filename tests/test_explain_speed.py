@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from meshplan.solver import PlanRequest, cache, plan
+from meshplan.solver import PlanRequest, cache, plan, planner
 from meshplan.solver import explain as explain_module
 from meshplan.solver.costmodel import Layout, Point
 from meshplan.solver.costmodel.model import STAGES
@@ -41,6 +41,7 @@ INFEASIBLE = {
     "70b-tp2-z1": _req("llama3-70b", 16, search={"tp": 2, "zero_stage": 1}),
     "405b-deepspeed": _req("llama3-405b", 32, training={"framework": "DEEPSPEED"}),
     "70b-4gpus-small-hbm": _req("llama3-70b", 4, cluster={"hbm_gib": 40}),
+    "405b-fewer": _req("llama3-405b", 48, search={"allow_fewer_gpus": True}),
     "megatron-rule": _req(
         "llama3-70b", 64, training={"framework": "MEGATRON"}, search={"pp": 4, "zero_stage": 3}
     ),
@@ -119,16 +120,20 @@ def test_counts_of_one_job_share_their_search(monkeypatch: pytest.MonkeyPatch) -
     counts = [8, 16, 24, 32]
     alone = [_straightforward(_req("llama3-405b", n), monkeypatch) for n in counts]
     calls: list[int] = []
-    real = explain_module.feasible_at
+    tables: list[int] = []
+    real, real_tables = explain_module.feasible_at, planner.Tables
     monkeypatch.setattr(
         explain_module,
         "feasible_at",
         lambda sp, check: calls.append(sp.H.num_gpus) or real(sp, check),
     )
+    monkeypatch.setattr(planner, "Tables", lambda sp, *a: tables.append(1) or real_tables(sp, *a))
     swept = [plan(PlanRequest.model_validate(_req("llama3-405b", n))).explanation for n in counts]
     assert swept == alone and all(e is not None and e.min_gpus > 32 for e in swept)
     assert len(calls) == len(set(calls))  # no count tested twice
-    assert cache.info()["fit_requests"] == 1 and cache.info()["fit_counts"] == len(calls)
+    assert 8 not in calls  # the first request's own count: its least memory said no
+    assert len(tables) < len(counts)  # a count known not to fit is answered without a solve
+    assert cache.info()["fit_requests"] == 1 and cache.info()["fit_counts"] > len(calls)
     cache.clear()
     assert cache.info()["fit_requests"] == 0 == cache.info()["fit_counts"]
 
