@@ -47,7 +47,7 @@ MAX_MODELS = 64
 MAX_ROWS = 65_536
 MAX_TABLE_BYTES = 128 * 2**20
 MAX_SPACES = 64
-MAX_FIT_KEYS = 1024  # a few dozen counts each: well under 1 MiB in all
+MAX_FIT_KEYS = 1024  # each ~3.5 KiB at most (two JSON keys, up to ~60 counts): ~3.5 MiB
 # Training fields that do not change the cost model's terms (they shape the search space).
 BATCH_FIELDS = ("global_batch_tokens", "critical_batch_tokens", "train_tokens")
 

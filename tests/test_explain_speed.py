@@ -179,3 +179,16 @@ def test_the_reuse_key_covers_every_field(name: str, monkeypatch: pytest.MonkeyP
     assert plan(req).explanation == want
     assert cache.info()["fit_requests"] == 2
     cache.clear()
+
+
+def test_the_counts_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache.clear()
+    monkeypatch.setattr(cache, "MAX_FIT_KEYS", 1)
+    plan(PlanRequest.model_validate(INFEASIBLE["70b-8"]))
+    assert cache.info()["fit_requests"] == 1
+    plan(PlanRequest.model_validate(INFEASIBLE["8x22b-8"]))
+    assert cache.info()["fit_requests"] == 1  # the older job's counts dropped
+    req = PlanRequest.model_validate(INFEASIBLE["70b-8"])
+    A, H, cm = _resolve(req)
+    assert cache.fits_by_count(cm, req.training, req.search) == {}
+    cache.clear()
