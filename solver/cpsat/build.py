@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from meshplan.solver import cache
 from meshplan.solver.costmodel import Point
 from meshplan.solver.costmodel.model import STAGES
 from meshplan.solver.cpsat.chains import compiled_vars, group_var
@@ -70,6 +73,10 @@ def add_dp_exposure(m: cp_model.CpModel, ax: Axes) -> cp_model.IntVar | int:
     return e
 
 
+MODELS = 16  # models kept per space's tables (the rounds of its recent searches)
+MODEL_BYTES = 256  # bytes counted per variable and constraint of a kept model (an estimate)
+
+
 def build(
     tables: Tables,
     rows: Sequence[int],
@@ -78,7 +85,41 @@ def build(
 ) -> Built:
     """The model over some layout rows of `tables` (positions in its space), excluding the given
     points (no-good cuts for alternatives). `cap`: the objective of a point known to fit; every
-    (row, db, te, r, z) whose bound exceeds it is left out, and the objective kept below it."""
+    (row, db, te, r, z) whose bound exceeds it is left out, and the objective kept below it.
+
+    The model is a function of the space's tables and these arguments alone, so it is kept with
+    the tables (`cache.tables_memo`, the last `MODELS`): a search that repeats a round (a
+    repeated request) gets a copy of the kept model instead of building it again."""
+    key = (tuple(rows), nogoods, cap)
+    kept: OrderedDict = tables.memo.setdefault("models", OrderedDict())
+    got = kept.get(key)
+    if got is None:
+        got = _build(tables, rows, nogoods, cap)
+        kept[key] = got
+        while len(kept) > MODELS:
+            kept.popitem(last=False)
+        proto = got.model.proto
+        cache.grew(tables.memo, MODEL_BYTES * (len(proto.variables) + len(proto.constraints)))
+    else:
+        kept.move_to_end(key)
+        tables.refine(list(rows), math.inf if cap is None else cap)  # as Axes() does
+    return _copy(got, tables)
+
+
+def _copy(b: Built, tables: Tables) -> Built:
+    """A copy of a built model to solve and hint (the kept one stays without hints): the same
+    variables, which are indices into the model."""
+    m = _Model()
+    m.proto.copy_from(b.model.proto)
+    m.rebuild_constant_map()
+    ax = copy.copy(b.axes)
+    ax.m, ax.tb = m, tables
+    return Built(m, ax, b.objective)
+
+
+def _build(
+    tables: Tables, rows: Sequence[int], nogoods: tuple[Point, ...], cap: float | None
+) -> Built:
     m = _Model()
     ax = Axes(m, tables, rows, cap)
     if not ax.k:  # nothing in these rows can fit (below the cap): an infeasible model
