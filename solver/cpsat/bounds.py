@@ -10,9 +10,12 @@ and leave CP-SAT the choice of the pipeline, the integer rounding, the memory pa
 exposure. A cell's bound is the least over its (r, z), and the row's fine bound the least over
 its cells.
 
-Coarse: per row and (r, z), with the least pv, db and te factors that agree with the row,
-each group on its own; cheap for every row of a large space, and never above the fine bound. Every point costs at least its (cell, r, z)'s, its cell's
-and its row's bound.
+Coarse: per row, expert group te and (r, z), with the exact te factors and the least pv and db
+factors that agree with the row, each group on its own; cheap for every row of a large space,
+and never above the fine bound. A row's coarse bound is the least over its expert groups; the
+fine bounds list only the expert groups (and micro-batch shapes) whose coarse bound may be
+below the best objective known. Every point costs at least its (cell, r, z)'s, its cell's and
+its row's bound.
 
 Floats carry a relative safety margin (`SLACK`) far above their rounding error, so a bound is
 never above the integer value it bounds. Bounds are whole numbers as floats; inf: nothing fits.
@@ -40,10 +43,14 @@ class Tables(Protocol):
     check: Callable[[], None]  # raises when the solve must stop (checked between batches)
     cls: dict[str, np.ndarray]
     members: dict[str, list[np.ndarray]]
+    flat: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # members, concatenated
     z_ok: np.ndarray
 
     def sums(self) -> Sums: ...
     def factor_matrix(self, axis: str, kind: str) -> np.ndarray: ...
+    def shapes_within(self, row: int, cap: float) -> tuple[np.ndarray, float]: ...
+    def te_within(self, row: int, cap: float) -> tuple[np.ndarray, float]: ...
+    def agree(self, axis: str, row: int) -> np.ndarray: ...
 
 
 SLACK = 1e-9
@@ -165,24 +172,98 @@ def _split(tb: Tables, rows: np.ndarray) -> np.ndarray:
     return out.transpose(0, 2, 1, 3, 4)
 
 
-def coarse_bounds(tb: Tables, rows: np.ndarray) -> np.ndarray:
-    """The coarse bound of each row (inf: nothing in the row fits): every group bounded with the
-    least pv, te and db factors that agree with the row, each on its own; the least over r and
-    z. Cheap for every row of a large space."""
+def _pairs(tb: Tables, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (row, expert group) of these rows, row by row: each pair's position in `rows` and
+    its te position (the values that agree with the row, Space.compatible)."""
+    flat, offsets, sizes = tb.flat["te"]
+    cls = tb.cls["te"][rows]
+    n = sizes[cls]
+    at = np.repeat(np.arange(len(rows), dtype=np.int64), n)
+    first = np.repeat(np.cumsum(n) - n, n)
+    return at, flat[offsets[cls][at] + np.arange(len(at), dtype=np.int64) - first]
+
+
+def _least(tb: Tables, rows: np.ndarray, at: np.ndarray, te: np.ndarray) -> Callable:
+    """Every sum at (row, expert group) pairs (`rows[at]`, te position `te`), each group bounded
+    with its exact te factor and the least pv and db factors that agree with the row (the
+    greatest for a credit; the other way round for a negative start): v(k), the bound of sum
+    k moved by its margin, (pairs, |rs|, |zs|) or of size 1 on the axes it does not depend on.
+    Groups without a te factor are bounded once per row."""
+    sums = tb.sums()
+    ns = len(sums.low)
+    pc, dc = tb.cls["pv"][rows], tb.cls["db"][rows]
+    lo = (tb.factor_matrix("pv", "lo")[:, pc], tb.factor_matrix("db", "lo")[:, dc])
+    hi = (tb.factor_matrix("pv", "hi")[:, pc], tb.factor_matrix("db", "hi")[:, dc])
+    tf = tb.factor_matrix("te", "dom")[:, te]
+    parts: dict[str | None, tuple[dict[int, int], np.ndarray]] = {}  # per selector: the sums
+    # it has (sum -> slot) and their bounds, (pairs, slots, |sel|)
+    for sel, (start, idx, owner) in sums.groups.items():
+        has = np.unique(owner)
+        slot = np.zeros(ns, dtype=np.int64)
+        slot[has] = np.arange(len(has))
+        dep = idx[1] > 0
+        by_row = np.zeros((len(rows), len(has), start.shape[1]))
+        by_pair = None
+        for keep, cols in ((~dep, None), (dep, at)):
+            if not keep.any():
+                continue
+            g, o = idx[:, keep], owner[keep]
+            flo, fhi = lo[0][g[0]] * lo[1][g[2]], hi[0][g[0]] * hi[1][g[2]]  # (groups, rows)
+            a = start[keep][:, :, rows]  # (groups, |sel|, rows)
+            if cols is not None:  # at the pairs, with their te factors
+                t = tf[g[1]]
+                a, flo, fhi = a[:, :, cols], flo[:, cols] * t, fhi[:, cols] * t
+            low = sums.low[o][:, None, None]
+            val = a * np.where((a >= 0) == low, flo[:, None, :], fhi[:, None, :])
+            first = np.flatnonzero(np.r_[True, o[1:] != o[:-1]])  # groups are sorted by sum
+            v = np.add.reduceat(val, first, axis=0).transpose(2, 0, 1)  # (entries, sums, |sel|)
+            if cols is None:
+                by_row[:, slot[o[first]]] = v
+            else:
+                by_pair = np.zeros((len(at), len(has), start.shape[1]))
+                by_pair[:, slot[o[first]]] = v
+        got = by_row[at] if by_pair is None else by_pair + by_row[at]
+        parts[sel] = (dict(zip(has.tolist(), range(len(has)), strict=True)), got)
+    nr, nz = len(tb.sp.rs), len(tb.sp.zs)
+
+    def value(k: int) -> np.ndarray:
+        x = np.zeros((len(at), nr, nz) if k == 0 else (len(at), 1, 1))  # the objective: full
+        for sel, axis in ((None, 1), ("r", 2), ("z", 1)):
+            if sel in parts and k in parts[sel][0]:
+                x = x + np.expand_dims(parts[sel][1][:, parts[sel][0][k]], axis)
+        return _margin_own(x, bool(sums.low[k]))
+
+    return value
+
+
+PAIRS_CHUNK = 4096  # (row, expert group) pairs whose coarse bounds are computed at once
+
+
+def coarse_bounds(tb: Tables, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The coarse bound of each row (inf: nothing in the row fits), and of each of its expert
+    groups (`_pairs` order): every group bounded with its exact te factor and the least pv and db
+    factors that agree with the row, each on its own; the least over r and z (and for the row,
+    over its expert groups). Cheap for every row of a large space (a few hundred floats a
+    pair); exact over the expert groups, whose factors trade against each other (expert compute
+    and memory against expert traffic), where the least of each alone would leave a MoE row far
+    below its fine bound."""
     out = np.full(len(rows), np.inf)
-    low = tb.sums().low.reshape(-1, 1, 1, 1, 1)
-    for lo_i in range(0, len(rows), ROWS_CHUNK):
+    at, te = _pairs(tb, rows)
+    per = np.full(len(at), np.inf)
+    ends = np.searchsorted(at, np.arange(len(rows) + 1))  # each row's pairs: ends[i]:ends[i+1]
+    i = 0
+    while i < len(rows):
         tb.check()
-        part = rows[lo_i : lo_i + ROWS_CHUNK]
-        split = _split(tb, part)  # (sums, rows, F, |rs|, |zs|)
-        cls = tb.cls["db"][part]
-        dlo = tb.factor_matrix("db", "lo")[:, cls].T[None, :, :, None, None]
-        dhi = tb.factor_matrix("db", "hi")[:, cls].T[None, :, :, None, None]
-        # a lower bound takes the least factor of a positive sum, the greatest of a negative one
-        v = _margin((split * np.where((split >= 0) == low, dlo, dhi)).sum(axis=2), tb.sums().low)
-        z_ok = tb.z_ok[tb.cls["z"][part]][:, None, :]
-        out[lo_i : lo_i + len(part)] = _combine(tb, v.__getitem__, z_ok).min(axis=(1, 2))
-    return out
+        j = max(i + 1, int(np.searchsorted(ends, ends[i] + PAIRS_CHUNK, side="right")) - 1)
+        j = min(j, i + ROWS_CHUNK, len(rows))
+        pa, pt = at[ends[i] : ends[j]] - i, te[ends[i] : ends[j]]
+        part = rows[i:j]
+        z_ok = tb.z_ok[tb.cls["z"][part[pa]]][:, None, :]
+        got = _combine(tb, _least(tb, part, pa, pt), z_ok).min(axis=(1, 2))
+        per[ends[i] : ends[j]] = got
+        np.minimum.at(out[i:j], pa, got)
+        i = j
+    return out, per
 
 
 def shape_bounds(tb: Tables, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -221,7 +302,7 @@ class Fine(NamedTuple):
     by_rz: np.ndarray  # (cells, |rs|, |zs|): bound of each (cell, r, z), least over pipelines
     pv: np.ndarray  # (cells, |rs|, |zs|): position of the pipeline value where it is reached
     at: tuple[int, int, int] | None  # (cell, r, z) positions where the bound is reached
-    rest: float  # a bound on the cells not listed (their shapes' coarse bounds exceed `upto`)
+    rest: float  # a bound on the cells not listed (their shape or expert group bound > `upto`)
     upto: float  # every cell whose bound may be at most this is listed
 
     def cell(self, db: int, te: int) -> float:
@@ -340,12 +421,14 @@ def _similar(sizes: list[tuple[int, int, int]]) -> list[list[int]]:
 def fine_bounds(tb: Tables, rows: list[int], cap: float = np.inf) -> dict[int, Fine]:
     """Per row: its fine bounds by cell and by (cell, r, z) (the least over the pipelines), the
     pipeline where each is reached, and where the row's bound is reached. Only the cells of the
-    micro-batch shapes whose coarse bound is at most `cap` are listed; the rest is summarised by
-    the least of those bounds (`Fine.rest`). Rows are bounded in batches of similar shape."""
+    micro-batch shapes and expert groups whose coarse bound is at most `cap` are listed; the
+    rest is summarised by the least of those bounds (`Fine.rest`). Rows are bounded in batches
+    of similar shape."""
     within = [tb.shapes_within(r, cap) for r in rows]
+    groups = [tb.te_within(r, cap) for r in rows]
     lists = {
         "pv": [tb.agree("pv", r) for r in rows],
-        "te": [tb.agree("te", r) for r in rows],
+        "te": [t for t, _ in groups],
         "db": [d for d, _ in within],
     }
     sizes = [tuple(len(lists[a][i]) for a in ("pv", "te", "db")) for i in range(len(rows))]
@@ -373,6 +456,7 @@ def fine_bounds(tb: Tables, rows: list[int], cap: float = np.inf) -> dict[int, F
             got[i] = bounds, pv
     out = {}
     for i, (r, (_, rest)) in enumerate(zip(rows, within, strict=True)):
+        rest = min(rest, groups[i][1])
         npv, nte, ndb = sizes[i]
         cells = nte * ndb
         if i in got:

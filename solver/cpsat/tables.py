@@ -58,7 +58,7 @@ class Tables:
         if "pos" not in memo:
             self._classes(memo)
         self.pos, self.cls, self.members = memo["pos"], memo["cls"], memo["members"]
-        self._flat, self.z_ok = memo["flat"], memo["z_ok"]
+        self.flat, self.z_ok = memo["flat"], memo["z_ok"]
         self._fracs: dict[tuple[Factor, str], dict[object, Fraction]] = memo["fracs"]
         self._ffracs: dict[tuple[Factor, str], np.ndarray] = memo["ffracs"]
         self._fmat: dict[tuple[str, str], np.ndarray] = memo["fmat"]
@@ -140,7 +140,7 @@ class Tables:
             for i, fn in enumerate(fns):
                 dom[1 + i] = self.float_fracs(axis, fn)
             self._fmat[(axis, "dom")] = dom
-            flat, offsets, sizes = self._flat[axis]
+            flat, offsets, sizes = self.flat[axis]
             v = dom[:, flat]
             pad = np.ones((len(dom), 1))
             empty = sizes == 0
@@ -203,9 +203,22 @@ class Tables:
         """The coarse bound of every row of the space (inf: nothing in the row fits)."""
         got = self.memo.get("coarse")
         if got is None:
-            got = self.memo["coarse"] = coarse_bounds(self, np.arange(self.n, dtype=np.int64))
-            cache.grew(self.memo, got.nbytes)
+            rows, te = np.arange(self.n, dtype=np.int64), self.flat["te"][2][self.cls["te"]]
+            per, by_te = coarse_bounds(self, rows)
+            self.memo["by_te"] = (by_te, np.concatenate([[0], np.cumsum(te)]))
+            got = self.memo["coarse"] = per
+            cache.grew(self.memo, got.nbytes + by_te.nbytes)
         return got
+
+    def te_within(self, row: int, cap: float) -> tuple[np.ndarray, float]:
+        """The expert groups of the row (positions in the te domain, `agree`) whose coarse bound
+        is at most `cap`, and the least bound of the others (inf: none)."""
+        self.coarse()
+        by_te, ends = self.memo["by_te"]
+        bounds = by_te[ends[row] : ends[row + 1]]
+        keep = bounds <= cap
+        rest = bounds[~keep]
+        return self.agree("te", row)[keep], float(rest.min()) if len(rest) else np.inf
 
     def shapes_within(self, row: int, cap: float) -> tuple[np.ndarray, float]:
         """The micro-batch shapes of the row whose bound is at most `cap` (positions in the db
