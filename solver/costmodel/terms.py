@@ -210,6 +210,7 @@ class Compiled:
     up: bool
     groups: list[Group]
     fracs: Fractions = field(default_factory=Fractions)
+    _key_memo: OrderedDict = field(default_factory=OrderedDict, repr=False)  # see `_keys`
 
     @staticmethod
     def of(
@@ -272,14 +273,32 @@ class Compiled:
             out = out + self.group_values(g, rows, at)
         return full(out, len(at.row)).astype(np.int64) if isinstance(out, int) else out
 
+    KEYS = 64  # domains whose keys a compiled sum keeps (an LRU)
+
+    def _keys(self, key: Callable, dom: Sequence[object]) -> tuple[list, np.ndarray]:
+        """The distinct keys of a domain's values, and each value's position among them (kept
+        in a small LRU by the domain's identity; the domain is kept too, so its id stays
+        unique): Python calls per value, once per domain instead of once per group and call."""
+        k = (key, id(dom))
+        got = self._key_memo.get(k)
+        if got is not None and got[0] is dom:
+            self._key_memo.move_to_end(k)
+            return got[1], got[2]
+        keys = [key(v) for v in dom]
+        uniq = list(dict.fromkeys(keys))
+        which = np.array([uniq.index(x) for x in keys], dtype=np.int64)
+        self._key_memo[k] = (dom, uniq, which)
+        while len(self._key_memo) > self.KEYS:
+            self._key_memo.popitem(last=False)
+        return uniq, which
+
     def group_values(self, g: Group, rows: Rows, at: Points) -> np.ndarray:
         if g.sel is None:
             x = g.int_starts(rows, None, self.scale, self.up)[at.row]
         else:
             dom, idx = at.axes[g.sel]
-            keys = [g.key(v) for v in dom]
-            uniq = list(dict.fromkeys(keys))
-            which = np.array([uniq.index(k) for k in keys], dtype=np.int64)[idx]
+            uniq, which = self._keys(g.key, dom)
+            which = which[idx]
             x = None
             for j, kv in enumerate(uniq):
                 part = g.int_starts(rows, kv, self.scale, self.up)[at.row]
