@@ -64,13 +64,16 @@ class _Rows:
     def _next_coarse(self) -> float:
         return float(self.tb.coarse()[self.todo[self.pos]]) if self.pos < len(self.todo) else INF
 
-    def _refine(self, k: int) -> None:
+    def _refine(self, k: int, below: float = INF) -> None:
         """Refine the next k rows in coarse order, at most as many as are refined already (the
-        first time only a few): the exact scores of each batch's best points lower the cap, and
-        the cells above the cap need no fine bounds."""
+        first time only a few), and only those whose coarse bound is below `below` (at least
+        one): the exact scores of each batch's best points lower the cap, and the cells above
+        the cap need no fine bounds."""
         self.tb.check()
         k = min(k, max(FIRST_REFINE, self.pos))  # doubling: the cap tightens between batches
         batch = self.todo[self.pos : self.pos + k]
+        ranks = self.tb.coarse()[batch]  # ascending: todo is in coarse order
+        batch = batch[: max(1, int(np.searchsorted(ranks, below)))]  # the rest need no bounds
         self.pos += len(batch)
         self.tb.refine(batch)
         self.tb.improve_cap(batch)
@@ -94,7 +97,8 @@ class _Rows:
                 break
             if self.pos >= len(self.todo):
                 break
-            self._refine(max(REFINE_BATCH, n))
+            # rows whose coarse bound is at least the n-th best fine bound cannot be among the n
+            self._refine(max(REFINE_BATCH, n), out[n - 1][0] if len(out) >= n else INF)
         self.model += [r for _, r in self._out()[:n]]
 
     def lower(self) -> float:
@@ -111,7 +115,7 @@ class _Rows:
         them, at most as many as the model holds (a better optimum may rule out the rest)."""
         cut = value * (1 - gap)
         while self._next_coarse() < cut:
-            self._refine(REFINE_BATCH)
+            self._refine(REFINE_BATCH, cut)
         add = [r for b, r in self._out() if b < cut]
         self.model += add[: max(len(self.model), GROW_MIN)]
         return not add
