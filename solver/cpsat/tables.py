@@ -16,14 +16,8 @@ from meshplan.solver import cache
 from meshplan.solver.costmodel import Layout, Point
 from meshplan.solver.costmodel.point import Rows
 from meshplan.solver.costmodel.terms import FACTOR_AXES, Compiled, Factor, Group, Points
-from meshplan.solver.cpsat.bounds import (
-    Fine,
-    Sums,
-    coarse_bounds,
-    fine_bounds,
-    shape_bounds,
-    stack_sums,
-)
+from meshplan.solver.cpsat.bounds import Fine, Sums, fine_bounds, shape_bounds, stack_sums
+from meshplan.solver.cpsat.coarse import coarse_bounds
 from meshplan.solver.space import Space
 
 AXES = ("pv", "db", "te", "r", "z")
