@@ -1,7 +1,8 @@
 """The coarse bounds exact over the expert groups, and what the fine bounds and the models take
 from them, are sound: every fitting point costs at least its (row, expert group)'s coarse
 bound; fine bounds at a cap list every point at most the cap and summarise the rest below them;
-a kept CP-SAT model is the model built afresh; the lookup of axis values equals np.isin."""
+a kept CP-SAT model is the model built afresh, and few are kept; the lookup of axis values
+equals np.isin."""
 
 from __future__ import annotations
 
@@ -102,6 +103,22 @@ def test_a_kept_model_is_the_model_built_afresh(monkeypatch: pytest.MonkeyPatch)
     assert len(build(tb, rows).model.proto.solution_hint.vars) == 0
     build(tb, rows, cap=float(tb.coarse()[rows[0]]) * 2)  # another cap: another model
     assert calls == [1]
+
+
+def test_kept_models_are_bounded_across_spaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache.clear()
+    monkeypatch.setattr(build_mod, "MODELS", 2)
+    sp, tb = _tables(PlanRequest.model_validate(MOE))
+    rows = np.argsort(tb.coarse(), kind="stable")[:3].tolist()
+    for n in (1, 2, 3):  # three models: the first is dropped
+        build(tb, rows[:n])
+    assert len(tb.memo["models"]) == 2 and (tuple(rows[:1]), (), None) not in tb.memo["models"]
+    calls = []
+    real = build_mod._build
+    monkeypatch.setattr(build_mod, "_build", lambda *a: calls.append(1) or real(*a))
+    build(tb, rows[:3])
+    build(tb, rows[:1])
+    assert calls == [1]  # the kept one reused, the dropped one built again
 
 
 def test_the_lookup_of_axis_values_equals_isin() -> None:

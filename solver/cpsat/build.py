@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -73,8 +75,10 @@ def add_dp_exposure(m: cp_model.CpModel, ax: Axes) -> cp_model.IntVar | int:
     return e
 
 
-MODELS = 16  # models kept per space's tables (the rounds of its recent searches)
+MODELS = 64  # models kept across every space's tables (each holds ~100 Python objects)
 MODEL_BYTES = 256  # bytes counted per variable and constraint of a kept model (an estimate)
+_order: OrderedDict[tuple[int, tuple], weakref.ref] = OrderedDict()  # kept models, oldest first
+_lock = threading.Lock()
 
 
 def build(
@@ -88,22 +92,39 @@ def build(
     (row, db, te, r, z) whose bound exceeds it is left out, and the objective kept below it.
 
     The model is a function of the space's tables and these arguments alone, so it is kept with
-    the tables (`cache.tables_memo`, the last `MODELS`): a search that repeats a round (a
-    repeated request) gets a copy of the kept model instead of building it again."""
+    the tables (`cache.tables_memo`; the last `MODELS` across every space): a search that repeats
+    a round (a repeated request) gets a copy of the kept model instead of building it again.
+    The bound is a count, not bytes: a model's Python objects (its variables) are what every
+    full garbage collection walks."""
     key = (tuple(rows), nogoods, cap)
-    kept: OrderedDict = tables.memo.setdefault("models", OrderedDict())
+    memo = tables.memo
+    kept: dict = memo.setdefault("models", {})
     got = kept.get(key)
     if got is None:
         got = _build(tables, rows, nogoods, cap)
-        kept[key] = got
-        while len(kept) > MODELS:
-            kept.popitem(last=False)
-        proto = got.model.proto
-        cache.grew(tables.memo, MODEL_BYTES * (len(proto.variables) + len(proto.constraints)))
+        if memo.key is not None:  # a memo kept across requests (cache.tables_memo)
+            kept[key] = got
+            _keep(memo, key)
+            proto = got.model.proto
+            cache.grew(memo, MODEL_BYTES * (len(proto.variables) + len(proto.constraints)))
     else:
-        kept.move_to_end(key)
+        _keep(memo, key)
         tables.refine(list(rows), math.inf if cap is None else cap)  # as Axes() does
     return _copy(got, tables)
+
+
+def _keep(memo: cache.Memo, key: tuple) -> None:
+    """Mark the memo's model `key` most recently used; drop the least recently used past
+    MODELS (from memos still alive: a dropped memo took its models with it)."""
+    with _lock:
+        k = (id(memo), key)
+        _order.pop(k, None)
+        _order[k] = weakref.ref(memo)
+        while len(_order) > MODELS:
+            (_, old), ref = _order.popitem(last=False)
+            owner = ref()
+            if owner is not None:
+                owner.get("models", {}).pop(old, None)
 
 
 def _copy(b: Built, tables: Tables) -> Built:
