@@ -74,7 +74,7 @@ class Axes:
 
     def among(self, axis: str, keys: Sequence[int]) -> np.ndarray:
         """Which combinations take one of the axis values at these positions (a lookup table
-        over the positions: np.isin costs ~50 us a call on these small arrays, ~1 ms a plan)."""
+        over the positions: np.isin costs ~50 us a call on these small arrays, ~0.3 ms a plan)."""
         col = self.col[axis]
         hit = np.zeros(int(col.max(initial=-1)) + 1, dtype=bool)
         keys = [k for k in keys if k < len(hit)]
