@@ -119,6 +119,15 @@ def test_kept_models_are_bounded_across_spaces(monkeypatch: pytest.MonkeyPatch) 
     build(tb, rows[:3])
     build(tb, rows[:1])
     assert calls == [1]  # the kept one reused, the dropped one built again
+    # a dropped model's bytes leave its memo's count (same rows and cap: no new fine bounds)
+    monkeypatch.setattr(build_mod, "MODELS", 1)
+    first = build(tb, rows[:2])
+    before = tb.memo.nbytes
+    hint = tb.guess(rows[0])
+    assert hint is not None
+    second = build(tb, rows[:2], nogoods=(hint,))
+    assert len(tb.memo["models"]) == 1
+    assert tb.memo.nbytes == before + build_mod._nbytes(second) - build_mod._nbytes(first)
 
 
 def test_the_lookup_of_axis_values_equals_isin() -> None:

@@ -104,9 +104,8 @@ def build(
         got = _build(tables, rows, nogoods, cap)
         if memo.key is not None:  # a memo kept across requests (cache.tables_memo)
             kept[key] = got
+            cache.grew(memo, _nbytes(got))
             _keep(memo, key)
-            proto = got.model.proto
-            cache.grew(memo, MODEL_BYTES * (len(proto.variables) + len(proto.constraints)))
     else:
         _keep(memo, key)
         tables.refine(list(rows), math.inf if cap is None else cap)  # as Axes() does
@@ -123,8 +122,14 @@ def _keep(memo: cache.Memo, key: tuple) -> None:
         while len(_order) > MODELS:
             (_, old), ref = _order.popitem(last=False)
             owner = ref()
-            if owner is not None:
-                owner.get("models", {}).pop(old, None)
+            dropped = None if owner is None else owner.get("models", {}).pop(old, None)
+            if dropped is not None:
+                cache.grew(owner, -_nbytes(dropped))
+
+
+def _nbytes(b: Built) -> int:
+    """What a kept model counts in its memo's bytes (an estimate per variable and constraint)."""
+    return MODEL_BYTES * (len(b.model.proto.variables) + len(b.model.proto.constraints))
 
 
 def _copy(b: Built, tables: Tables) -> Built:
