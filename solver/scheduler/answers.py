@@ -9,20 +9,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from meshplan.solver.results import MemoryBill, Wall
 from meshplan.solver.scheduler.requests import AdmitObjective, CompatibilityLevel
+from meshplan.solver.scheduler.status import CellStatus
 from meshplan.solver.schema import ParallelConfig
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class CellStatus(str, Enum):
-    """What became of one (GPU type, count) cell."""
-
-    PLANNED = "PLANNED"  # a layout fits
-    DOES_NOT_FIT = "DOES_NOT_FIT"  # every layout overflows memory
-    COUNT_NOT_USABLE = "COUNT_NOT_USABLE"  # no layout of this count obeys the rules and the batch
-    UNSOLVED = "UNSOLVED"  # no layout found within the cell's time limit
 
 
 class Cell(_Strict):

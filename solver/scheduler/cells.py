@@ -18,8 +18,8 @@ from meshplan.solver.arch import resolve_model
 from meshplan.solver.hardware import resolve_cluster
 from meshplan.solver.planner import check_pins, plan
 from meshplan.solver.results import PlanResult, PlanStatus
-from meshplan.solver.scheduler.answers import CellStatus
-from meshplan.solver.scheduler.requests import BatchPolicy, BatchPolicyKind
+from meshplan.solver.scheduler.policy import BatchPolicy, BatchPolicyKind
+from meshplan.solver.scheduler.status import CellStatus
 from meshplan.solver.schema import (
     ClusterSpec,
     ModelSpec,
