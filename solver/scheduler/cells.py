@@ -203,6 +203,24 @@ def _per_replica(task: CellTask, budget: Budget) -> CellOutcome:
 CellSolver = Callable[[Sequence[CellTask], Budget], list[CellOutcome]]
 
 
+def run_cells(
+    tasks: Sequence[CellTask], deadline: float | None, turn_cpu_s: float, *, stop: threading.Event
+) -> list[CellOutcome]:
+    """The first cells of `tasks`, in order, under a query's deadline (time.monotonic()) and
+    stop event: what one turn of a server's solver slot runs (server.scheduler; module-level,
+    so a worker process can). No cell starts once the turn has used `turn_cpu_s` of CPU time
+    (one always runs); the caller sends the rest in a later turn."""
+    budget = Budget(stop=stop, deadline=deadline)
+    start = time.process_time()
+    out: list[CellOutcome] = []
+    for task in tasks:
+        if out and time.process_time() - start >= turn_cpu_s:
+            break
+        budget.check()
+        out.append(solve_cell(task, budget))
+    return out
+
+
 def solve_cells(tasks: Sequence[CellTask], budget: Budget) -> list[CellOutcome]:
     """Every cell, in order, checking the budget between cells (the loop a pool can replace)."""
     out = []
