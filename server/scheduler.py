@@ -6,10 +6,11 @@ the call's capped deadline, the log line and the metrics. The query itself (chec
 observations' fit, envelopes, answers) runs on a thread of the server; its cells run in turns
 of a few cells (TURN_CELLS, TURN_CPU_S), each turn a solve (`Runtime.solve`: a fair turn on a
 solver slot, in a worker process when the pool has them), so a curve's cells spread over the
-pool and another caller waits for at most one cell and TURN_CPU_S. All run under a `Budget` made
-of the call's stop event (set on cancel or deadline) and its deadline less the time kept back
-to send the answer. Answers are memoised by cache key as response messages (the same request gives the
-same bytes); the curves that SmallestAllocation and TrainingFront walk are memoised too.
+pool and another caller waits for at most one cell and TURN_CPU_S. All run under a `Budget`
+made of the call's stop event (set on cancel or deadline) and its deadline less the time kept
+back to send the answer. Answers are memoised by cache key as response messages (the same
+request gives the same bytes); the curves that SmallestAllocation and TrainingFront walk are
+memoised too.
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ from meshplan.v1 import scheduler_pb2
 
 ANSWER_CACHE_ENTRIES = 256  # answers kept (a 256-cell curve is ~100 KB)
 # One turn on a solver slot runs up to TURN_CELLS cells, and starts none after TURN_CPU_S of CPU
-# time: a turn saves the hand-off between two solves (2.2-2.8 ms per cell measured on 2 loaded
-# cores, against ~12 ms of CPU per cell of a 70B curve), and another caller still waits for
-# at most one cell and TURN_CPU_S.
+# time: a turn saves the hand-off between two solves (a solver process idle 2.2-7 ms per cell,
+# measured on 2 cores under load, against 12-17 ms of CPU per cell of the benchmark's 70B
+# curve), and another caller still waits for at most one cell and TURN_CPU_S.
 TURN_CELLS = 4
 TURN_CPU_S = 0.05
 
