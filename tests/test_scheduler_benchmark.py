@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 
+import pytest
+
 from benchmarks.scheduler import Report, _children, _cold_line, _cpu_s
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads Linux /proc")
 def test_a_busy_child_process_is_found_and_its_cpu_time_counted() -> None:
     spin = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
     child = subprocess.Popen([sys.executable, "-c", spin + "input()"], stdin=subprocess.PIPE)
