@@ -244,30 +244,35 @@ class _Batch:
             a: tb.factor_matrix(a, "dom")[:, self.pos[a]].transpose(1, 0, 2)
             for a in ("pv", "te", "db")
         }
+        self._stack: list[tuple] | None = None
+
+    def _stacked(self) -> list[tuple]:
+        """Per selector: its groups' starts at the batch's rows (and ZeRO stages) as (rows,
+        groups, |sel|), the factors at each entry per axis, and where each sum's groups lie
+        (groups are sorted by sum): gathered once for every sum `value` reads."""
+        if self._stack is None:
+            sums = self.tb.sums()
+            self._stack = []
+            for sel, (start, idx, owner) in sums.groups.items():
+                a = start[:, self.zpos][:, :, self.rows] if sel == "z" else start[:, :, self.rows]
+                f = tuple(self.factors[ax][:, idx[i]] for i, ax in enumerate(FACTOR_AXES))
+                ends = np.searchsorted(owner, np.arange(len(sums.low) + 1)).tolist()
+                self._stack.append((sel, a.transpose(2, 0, 1), f, ends))
+        return self._stack
 
     def value(self, c: int) -> np.ndarray:
         """The real value of sum c at every (row, r, z, P, T, D), moved by its margin, of size 1
         on the r or z axis when the sum does not depend on it: per selector, one batched matrix
         product, (starts x pipeline factors) by (expert x batch factors)."""
-        tb = self.tb
-        sums = tb.sums()
         n, nr, nz, npv, nte, ndb = self.shape
-        parts = []
-        for sel, (start, idx, owner) in sums.groups.items():
-            lo, hi = np.searchsorted(owner, [c, c + 1])  # the sum's groups (sorted by sum)
-            if lo < hi:
-                parts.append((sel, start, idx, lo, hi))
+        parts = [(sel, a, f, ends[c], ends[c + 1]) for sel, a, f, ends in self._stacked()]
+        parts = [x for x in parts if x[3] < x[4]]  # the selectors holding groups of sum c
         sels = {sel for sel, *_ in parts}
         out = np.zeros((n, nr if "r" in sels else 1, nz if "z" in sels else 1, npv, nte, ndb))
-        for sel, start, idx, lo, hi in parts:
-            a = (
-                start[lo:hi, :, self.rows]
-                if sel != "z"
-                else start[lo:hi][:, self.zpos][:, :, self.rows]
-            )
-            a = a.transpose(2, 0, 1)  # (rows, groups, |sel|)
+        for sel, a, (p, t, d), lo, hi in parts:
+            a = a[:, lo:hi]  # (rows, groups, |sel|)
             g, ns = a.shape[1:]
-            p, t, d = (self.factors[ax][:, idx[i, lo:hi]] for i, ax in enumerate(FACTOR_AXES))
+            p, t, d = p[:, lo:hi], t[:, lo:hi], d[:, lo:hi]
             x = (a[:, :, :, None] * p[:, :, None, :]).reshape(n, g, ns * npv).transpose(0, 2, 1)
             y = (t[:, :, :, None] * d[:, :, None, :]).reshape(n, g, nte * ndb)
             val = np.matmul(x, y).reshape(n, ns, npv, nte, ndb)
@@ -277,7 +282,7 @@ class _Batch:
                 out += val[:, :, None]
             else:
                 out += val[:, None, :]
-        return _margin_own(out, bool(sums.low[c]))
+        return _margin_own(out, bool(self.tb.sums().low[c]))
 
     def runs(self) -> np.ndarray:
         """(rows, P, D): the pipeline schedule runs the micro-batch count (Megatron's
