@@ -219,9 +219,8 @@ class Space:
             for m in self.batch.microbatches(d, b, q.num_microbatches)
         }
         dps = {d for d, _, _ in db}
-        rows = {r for r in rows if r.dp in dps}
         order = lambda r: (r.tp, r.pp, r.cp, r.dp, r.gpus, r.sp)  # noqa: E731  Layout's order
-        self.all_layouts = sorted(rows, key=order)
+        self.all_layouts = sorted((r for r in rows if r.dp in dps), key=order)
         self.db_all = sorted(db)
         te_of: dict[tuple[int, int], list] = {}  # rows with one tp and dp·cp share their groups
         for r in self.all_layouts:
@@ -235,11 +234,11 @@ class Space:
         vs = range(1, q.max_virtual_stages + 1)
         self.pv = sorted(
             {
-                (r.pp, v)
-                for r in self.layouts
+                (p, v)
+                for p in {r.pp for r in self.layouts}  # each pp once: the rest is of pp alone
                 for v in vs
-                if (v == 1 or (r.pp > 1 and prof.interleaving))
-                and r.pp * v <= A.L + prof.extra_chunks
+                if (v == 1 or (p > 1 and prof.interleaving))
+                and p * v <= A.L + prof.extra_chunks
                 and (not q.virtual_stages or v == q.virtual_stages)
             }
         )

@@ -119,7 +119,7 @@ def apply(x: int, f: Fraction, up: bool) -> int:
 def round_ints(x: np.ndarray, up: bool) -> np.ndarray:
     """math.ceil (floor) of every entry, exactly: int64, or Python integers past INT_SAFE."""
     y = np.ceil(x) if up else np.floor(x)
-    if np.isfinite(y).all() and np.abs(y).max(initial=0.0) < INT_SAFE:
+    if np.abs(y).max(initial=0.0) < INT_SAFE:  # False for a NaN or an infinity too
         return y.astype(np.int64)
     out = np.empty(len(x), dtype=object)
     out[:] = [round_int(v, up) for v in x.tolist()]
