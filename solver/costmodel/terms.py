@@ -296,18 +296,25 @@ class Compiled:
         if g.sel is None:
             x = g.int_starts(rows, None, self.scale, self.up)[at.row]
         else:
-            dom, idx = at.axes[g.sel]
-            uniq, which = self._keys(g.key, dom)
-            which = which[idx]
+            k = (g.key, g.sel)
+            got = at.memo.get(k)  # groups sharing a key share each point's key position
+            if got is None:
+                dom, idx = at.axes[g.sel]
+                uniq, which = self._keys(g.key, dom)
+                got = at.memo[k] = (uniq, which[idx])
+            uniq, which = got
             x = None
             for j, kv in enumerate(uniq):
                 part = g.int_starts(rows, kv, self.scale, self.up)[at.row]
                 x = part if x is None else np.where(which == j, part, x)
         for ax, fn in zip(FACTOR_AXES, g.factors, strict=True):
             if fn is not None:
-                dom, idx = at.axes[ax]
-                num, den = self.fracs.arrays(fn, dom)
-                x = apply_many(x, num[idx], den[idx], self.up)
+                got = at.memo.get(fn)  # groups sharing a factor share its values at the points
+                if got is None:
+                    dom, idx = at.axes[ax]
+                    num, den = self.fracs.arrays(fn, dom)
+                    got = at.memo[fn] = (num[idx], den[idx])
+                x = apply_many(x, got[0], got[1], self.up)
         return x
 
 
@@ -317,6 +324,9 @@ class Points:
 
     row: np.ndarray  # int64 positions in the rows the starts are computed over
     axes: dict[str, tuple[Sequence[object], np.ndarray]]
+    # per factor (and per (key, selector)): its values at the points, gathered once for every
+    # group of every sum read at these points (a factor is one axis' and one cost model's)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def take(self, at: np.ndarray) -> Points:
         """The points at these positions."""
