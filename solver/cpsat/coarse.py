@@ -40,6 +40,9 @@ def _least(tb: Tables, rows: np.ndarray, at: np.ndarray, te: np.ndarray) -> Call
     lo = (tb.factor_matrix("pv", "lo")[:, pc], tb.factor_matrix("db", "lo")[:, dc])
     hi = (tb.factor_matrix("pv", "hi")[:, pc], tb.factor_matrix("db", "hi")[:, dc])
     tf = tb.factor_matrix("te", "dom")[:, te]
+    per_row = np.bincount(at, minlength=len(rows))  # pairs per row (`at` is sorted: _pairs)
+    run = len(rows) and rows[-1] - rows[0] == len(rows) - 1 and (np.diff(rows) == 1).all()
+    cut = slice(int(rows[0]), int(rows[-1]) + 1) if run else rows  # a view for a run of rows
     parts: dict[str | None, tuple[dict[int, int], np.ndarray]] = {}  # per selector: the sums
     # it has (sum -> slot) and their bounds, (pairs, slots, |sel|)
     for sel, (start, idx, owner) in sums.groups.items():
@@ -54,12 +57,15 @@ def _least(tb: Tables, rows: np.ndarray, at: np.ndarray, te: np.ndarray) -> Call
                 continue
             g, o = idx[:, keep], owner[keep]
             flo, fhi = lo[0][g[0]] * lo[1][g[2]], hi[0][g[0]] * hi[1][g[2]]  # (groups, rows)
-            a = start[keep][:, :, rows]  # (groups, |sel|, rows)
-            if cols is not None:  # at the pairs, with their te factors
-                t = tf[g[1]]
-                a, flo, fhi = a[:, :, cols], flo[:, cols] * t, fhi[:, cols] * t
+            a = start[keep][:, :, cut]  # (groups, |sel|, rows)
             low = sums.low[o][:, None, None]
-            val = a * np.where((a >= 0) == low, flo[:, None, :], fhi[:, None, :])
+            val = np.where((a >= 0) == low, flo[:, None, :], fhi[:, None, :])  # the factor
+            if cols is not None:  # at the pairs (rows repeated in order), times their te
+                # factors: the same products as choosing between flo·t and fhi·t at the pairs
+                val = np.repeat(val, per_row, axis=2)
+                val *= tf[g[1]][:, None, :]
+                a = np.repeat(a, per_row, axis=2)
+            val *= a
             first = np.flatnonzero(np.r_[True, o[1:] != o[:-1]])  # groups are sorted by sum
             v = np.add.reduceat(val, first, axis=0).transpose(2, 0, 1)  # (entries, sums, |sel|)
             if cols is None:
@@ -67,7 +73,8 @@ def _least(tb: Tables, rows: np.ndarray, at: np.ndarray, te: np.ndarray) -> Call
             else:
                 by_pair = np.zeros((len(at), len(has), start.shape[1]))
                 by_pair[:, slot[o[first]]] = v
-        got = by_row[at] if by_pair is None else by_pair + by_row[at]
+        got = np.repeat(by_row, per_row, axis=0)  # at the pairs
+        got = got if by_pair is None else by_pair + got
         parts[sel] = (dict(zip(has.tolist(), range(len(has)), strict=True)), got)
     nr, nz = len(tb.sp.rs), len(tb.sp.zs)
 
