@@ -9,6 +9,7 @@ overlaps a framework runs are its profile's `timing` (solver/profiles.py).
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 
 import numpy as np
@@ -60,13 +61,14 @@ def _moe_terms(c: Ctx, R: Rates, x: _Axes) -> list[Term]:
     unit = R.F_layer / R.rate_gemm  # s per token of one layer at tp 1: factors stay O(1)
     unit_mb = unit * c.s
 
+    @functools.cache  # read again by `half` below: computed once per te
     def exposed(te: tuple[int, ...]) -> Fraction:
         lay = _tp_only(te[0])  # one row: Python floats; the other micro-batch's layer hides
         experts = R.expert_gemm(lay)
         attn = R.compute(lay) + R.traffic(lay) - experts  # the rest of the layer
         return _ratio(R.ep_exposed(te, attn, experts) / unit)
 
-    permute = lambda te: _ratio(R.permute(te) / unit)  # noqa: E731
+    permute = functools.cache(lambda te: _ratio(R.permute(te) / unit))  # as `exposed`
     etp = lambda te: Fraction(_etp(te))  # noqa: E731
     inv_ep = lambda te: Fraction(1, te[1] * _etp(te))  # noqa: E731
     latency = lambda te: _ratio(R.ep_latency(te) / unit_mb)  # noqa: E731
