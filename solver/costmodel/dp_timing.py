@@ -9,7 +9,7 @@ import numpy as np
 
 from meshplan.solver.costmodel.context import Ctx
 from meshplan.solver.costmodel.memory import _extras, _layer_params
-from meshplan.solver.costmodel.point import LayoutOrRows, maximum, pick
+from meshplan.solver.costmodel.point import Layout, LayoutOrRows, maximum, pick
 from meshplan.solver.costmodel.rates import BUCKET, Rates, _etp
 from meshplan.solver.costmodel.terms import Term
 from meshplan.solver.costmodel.timing_axes import _Axes
@@ -66,7 +66,18 @@ def optimizer_terms(c: Ctx, R: Rates, fx, stage, inv_bm) -> list[Term]:  # noqa:
 
 def dp_params(c: Ctx, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(per-layer dense parameters on one GPU, per-layer expert parameters of all experts, extra
-    parameters on one GPU) of the heaviest stage; a GPU holds 1/(ep·etp) of the experts."""
+    parameters on one GPU) of the heaviest stage; a GPU holds 1/(ep·etp) of the experts. Over
+    rows, computed once per request's context (kept in the rows' memo: a dozen terms read it)."""
+    if isinstance(lay, Layout):
+        return _dp_params(c, lay)
+    k = (dp_params, id(c))
+    got = lay.memo.get(k)
+    if got is None or got[0] is not c:  # the context is kept too, so its id stays unique
+        got = lay.memo[k] = (c, _dp_params(c, lay))
+    return got[1]
+
+
+def _dp_params(c: Ctx, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     dense, expert = _layer_params(c, lay)
     extra = maximum(_extras(c, lay, "first"), _extras(c, lay, "last"))
     return dense / lay.tp, expert, extra
