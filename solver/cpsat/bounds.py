@@ -356,13 +356,17 @@ def fine_bounds(tb: Tables, rows: list[int], cap: float = np.inf) -> dict[int, F
         tb.check()
         lst = {a: [lists[a][i] for i in part] for a in lists}
         every = _Batch(tb, [rows[i] for i in part], lst, zpos).bounds()  # (rows, r, Z, P, T, D)
+        # the least over the pipelines, and the first where it is reached, for the whole batch
+        # at once: padded pipelines are inf, after the real ones, so neither changes
+        least, where = every.min(axis=3), every.argmin(axis=3)  # (rows, r, Z, T, D)
         for j, i in enumerate(part):
             npv, nte, ndb = sizes[i]
-            b = np.full((nr, nz, npv, nte, ndb), np.inf)
-            b[:, zpos] = every[j, :, :, :npv, :nte, :ndb]
-            best = b.argmin(axis=2)
+            b = np.full((nr, nz, nte, ndb), np.inf)
+            b[:, zpos] = least[j, :, :, :nte, :ndb]
+            best = np.zeros((nr, nz, nte, ndb), np.int64)  # no ZeRO stage: the first pipeline
+            best[:, zpos] = where[j, :, :, :nte, :ndb]
             cells = nte * ndb
-            bounds = b.min(axis=2).transpose(3, 2, 0, 1).reshape(cells, nr, nz)  # db-major
+            bounds = b.transpose(3, 2, 0, 1).reshape(cells, nr, nz)  # db-major
             pv = lists["pv"][i][best].transpose(3, 2, 0, 1).reshape(cells, nr, nz)
             got[i] = bounds, pv
     out = {}
