@@ -268,7 +268,8 @@ class _Batch:
         parts = [(sel, a, f, ends[c], ends[c + 1]) for sel, a, f, ends in self._stacked()]
         parts = [x for x in parts if x[3] < x[4]]  # the selectors holding groups of sum c
         sels = {sel for sel, *_ in parts}
-        out = np.zeros((n, nr if "r" in sels else 1, nz if "z" in sels else 1, npv, nte, ndb))
+        out = np.empty((n, nr if "r" in sels else 1, nz if "z" in sels else 1, npv, nte, ndb))
+        first = True
         for sel, a, (p, t, d), lo, hi in parts:
             a = a[:, lo:hi]  # (rows, groups, |sel|)
             g, ns = a.shape[1:]
@@ -277,11 +278,16 @@ class _Batch:
             y = (t[:, :, :, None] * d[:, :, None, :]).reshape(n, g, nte * ndb)
             val = np.matmul(x, y).reshape(n, ns, npv, nte, ndb)
             if sel is None:
-                out += val[:, 0][:, None, None]
+                val = val[:, 0][:, None, None]
             elif sel == "r":
-                out += val[:, :, None]
+                val = val[:, :, None]
             else:
-                out += val[:, None, :]
+                val = val[:, None, :]
+            if first:  # 0 + val, as onto zeros: one pass instead of two
+                np.add(val, 0.0, out=out)
+                first = False
+            else:
+                out += val
         return _margin_own(out, bool(self.tb.sums().low[c]))
 
     def runs(self) -> np.ndarray:
