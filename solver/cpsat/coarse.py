@@ -79,10 +79,17 @@ def _least(tb: Tables, rows: np.ndarray, at: np.ndarray, te: np.ndarray) -> Call
     nr, nz = len(tb.sp.rs), len(tb.sp.zs)
 
     def value(k: int) -> np.ndarray:
-        x = np.zeros((len(at), nr, nz) if k == 0 else (len(at), 1, 1))  # the objective: full
+        x = None  # 0 + the parts, in order (the objective: full over r and z)
         for sel, axis in ((None, 1), ("r", 2), ("z", 1)):
             if sel in parts and k in parts[sel][0]:
-                x = x + np.expand_dims(parts[sel][1][:, parts[sel][0][k]], axis)
+                part = np.expand_dims(parts[sel][1][:, parts[sel][0][k]], axis)
+                if x is None:
+                    x = np.empty((len(at), nr, nz)) if k == 0 else None
+                    x = np.add(part, 0.0, out=x)
+                else:
+                    x = x + part
+        if x is None:
+            x = np.zeros((len(at), nr, nz) if k == 0 else (len(at), 1, 1))
         return _margin_own(x, bool(sums.low[k]))
 
     return value
