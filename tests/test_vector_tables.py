@@ -84,6 +84,26 @@ def test_expert_groups_above_the_cap_are_left_out_of_the_fine_bounds() -> None:
     assert set(f.te.tolist()) <= set(kept.tolist()) and f.rest <= rest
 
 
+def test_coarse_bounds_of_any_rows_are_those_of_all_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The coarse bounds of a row do not depend on the rows bounded with it: every other row
+    (gathered, not a run of rows sliced) and small chunks give the same numbers, bit for bit,
+    per row and per (row, expert group) pair."""
+    from meshplan.solver.cpsat import coarse as coarse_mod
+
+    sp, tb = _tables(PlanRequest.model_validate(MOE))
+    every = np.arange(tb.n, dtype=np.int64)
+    per, by_te = coarse_mod.coarse_bounds(tb, every)
+    te = tb.flat["te"][2][tb.cls["te"]]
+    ends = np.concatenate([[0], np.cumsum(te)])
+    odd = every[1::2]
+    assert len(odd) > 2 and np.isfinite(per[odd]).any()
+    got, got_te = coarse_mod.coarse_bounds(tb, odd)
+    assert np.array_equal(got, per[odd])
+    assert np.array_equal(got_te, np.concatenate([by_te[ends[i] : ends[i + 1]] for i in odd]))
+    monkeypatch.setattr(coarse_mod, "PAIRS_CHUNK", 7)  # a chunk of a row or two at a time
+    assert np.array_equal(coarse_mod.coarse_bounds(tb, every)[1], by_te)
+
+
 def test_a_kept_model_is_the_model_built_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
     cache.clear()
     sp, tb = _tables(PlanRequest.model_validate(MOE))
