@@ -63,6 +63,13 @@ class PathResult:
     statuses: dict[str, int]  # OPTIMAL / FEASIBLE / INFEASIBLE / TIMEOUT / error codes
     plan_wall_s: list[float] = field(default_factory=list)  # solver.wall_time_s per answer
     processes: int = 0  # the server's solver processes (0: not a PlanBatch path)
+    # CPU time of this process (the server's loop, couriers and gRPC, and the client) while
+    # the batch ran; the solver processes are not in it
+    main_cpu_s: float = 0.0
+
+    @property
+    def main_cpu_ms_per_plan(self) -> float:
+        return self.main_cpu_s / max(self.answered, 1) * 1000
 
     @property
     def plans_per_s(self) -> float:
@@ -161,7 +168,7 @@ def run_batch(
         timeout = len(reqs) * (time_limit_s + 5) / processes + 60
         statuses: Counter[str] = Counter()
         walls: list[float] = []
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         n = 0
         path = f"PlanBatch (gRPC) x{processes}"
         for item in client.plan_batch(reqs, timeout=timeout):
@@ -174,8 +181,8 @@ def run_batch(
                     walls.append(wall)
             else:
                 statuses[item.error.code.name if item.error else "ERROR"] += 1
-        seconds = time.perf_counter() - t0
-    return PathResult(path, len(reqs), n, seconds, dict(statuses), walls, processes)
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return PathResult(path, len(reqs), n, seconds, dict(statuses), walls, processes, cpu)
 
 
 def _collect(
@@ -246,7 +253,8 @@ def speedup(rep: Report) -> float | None:
 
 
 def render(rep: Report) -> str:
-    head = ["path", "plans", "answered", "wall", "plans/s", "per 1,000", "plan p50", "statuses"]
+    head = ["path", "plans", "answered", "wall", "plans/s", "per 1,000", "plan p50", "main CPU"]
+    head.append("statuses")
     rows = []
     for r in rep.results:
         s = Summary.of(r.plan_wall_s) if r.plan_wall_s else None
@@ -259,10 +267,16 @@ def render(rep: Report) -> str:
                 f"{r.plans_per_s:.2f}",
                 fmt_s(r.seconds_per_1000),
                 fmt_s(s.p50) if s else "-",
+                f"{r.main_cpu_ms_per_plan:.2f} ms" if r.processes else "-",
                 ", ".join(f"{k} {v}" for k, v in sorted(r.statuses.items())),
             ]
         )
     out = [table(head, rows), ""]
+    if any(r.processes for r in rep.results):
+        out.append(
+            "main CPU: CPU time of the benchmark's own process per plan (server and client; "
+            "the solver processes excluded)"
+        )
     for r in rep.results:
         v = verdict(r.seconds_per_1000, TARGET_SECONDS)
         out.append(f"{r.path}: time per {TARGET_PLANS:,} plans: {v}")

@@ -24,6 +24,7 @@ import logging
 import multiprocessing
 import os
 import queue
+import select
 import signal
 import threading
 import time
@@ -115,6 +116,7 @@ class _Courier:
         self.proc: multiprocessing.process.BaseProcess | None = None
         self.conn: Connection | None = None
         self.ctrl: Connection | None = None
+        self.poller: select.poll | None = None  # on conn: one, not a selector per wait
         self.ctrl_lock = threading.Lock()
         self.seq = 0
         self.current: _Task | None = None
@@ -173,7 +175,7 @@ class _Courier:
         while True:
             wait = 0.05 if kill_at is None else max(kill_at - time.monotonic(), 0.0)
             try:
-                if self.conn.poll(min(wait, 0.05)):
+                if self._answered(min(wait, 0.05)):
                     got, ok, value = self.conn.recv()
                     if got == seq:
                         return ok, value
@@ -192,6 +194,12 @@ class _Courier:
                         f"the solve did not stop within {self.runner.kill_after_s:g} s of being "
                         f"asked to, so its worker process was killed and replaced"
                     )
+
+    def _answered(self, timeout: float) -> bool:
+        """Whether the worker's pipe can be read (an answer, or its end) within `timeout` s:
+        Connection.poll builds a selector on every call; this poll object is kept."""
+        assert self.poller is not None
+        return bool(self.poller.poll(timeout * 1000))
 
     def _send_stop(self, seq: int) -> None:
         with self.ctrl_lock:
@@ -236,6 +244,8 @@ class _Courier:
         child.close()
         ctrl_read.close()
         self.proc, self.conn = proc, parent
+        self.poller = select.poll()
+        self.poller.register(parent.fileno(), select.POLLIN)
         with self.ctrl_lock:
             self.ctrl = ctrl_write
         if not parent.poll(_START_TIMEOUT_S):
@@ -262,6 +272,7 @@ class _Courier:
                 if conn is not None:
                     conn.close()
             self.conn = self.ctrl = None
+            self.poller = None
 
     def _end(self) -> None:
         proc = self.proc

@@ -119,14 +119,18 @@ class PlannerServicer:
         workers = [asyncio.create_task(worker()) for _ in range(share)]
         try:
             for done in range(count):
-                try:
-                    left = call.remaining() - self.settings.deadline_margin_s
-                    answer = await asyncio.wait_for(answers.get(), max(left, 0))
-                except TimeoutError:
-                    raise RpcFailure(
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                        f"the call's deadline passed after {done} of {count} answers",
-                    ) from None
+                if answers.empty():  # else an answer is ready: no timer, no wait
+                    try:  # a timeout, not wait_for: no task wrapping every get
+                        left = call.remaining() - self.settings.deadline_margin_s
+                        async with asyncio.timeout(max(left, 0)):
+                            answer = await answers.get()
+                    except TimeoutError:
+                        raise RpcFailure(
+                            grpc.StatusCode.DEADLINE_EXCEEDED,
+                            f"the call's deadline passed after {done} of {count} answers",
+                        ) from None
+                else:
+                    answer = answers.get_nowait()
                 yield answer
         finally:
             call.stop.set()  # the requests still queued return at once

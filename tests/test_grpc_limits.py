@@ -13,7 +13,14 @@ import time
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from test_grpc_support import LOOPBACK, BlockingPlan, no_plan, running_server, small_request
+from test_grpc_support import (
+    LOOPBACK,
+    BlockingPlan,
+    no_plan,
+    raw_stub,
+    running_server,
+    small_request,
+)
 
 from meshplan.client import (
     DeadlineExceededError,
@@ -152,3 +159,39 @@ def test_cancelling_a_batch_stops_its_solves() -> None:
         assert max(fake.stopped_at) - cancelled < 0.05
         time.sleep(0.1)
         assert len(fake.requests) == 2  # the three queued items never started
+
+
+def test_a_batch_past_its_deadline_ends_with_the_answers_it_had_and_stops_the_rest() -> None:
+    stopped: list[float] = []
+
+    def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanResult:
+        assert stop_event is not None
+        if req.cluster.num_gpus == 8:
+            return no_plan("OPTIMAL")  # answers at once
+        if stop_event.wait(20):  # the others run until the call stops them
+            stopped.append(time.monotonic())
+        return no_plan("OPTIMAL")
+
+    fast = plan_message(small_request())
+    slow = plan_message(small_request())
+    slow.cluster.num_gpus = 16
+    with (
+        running_server(
+            plan_fn=plan, max_concurrent_solves=2, max_solves_per_caller=2, deadline_margin_s=0.2
+        ) as (port, _),
+        raw_stub(port) as stub,
+    ):
+        stream = stub.PlanBatch(
+            planner_pb2.PlanBatchRequest(requests=[fast, fast, slow, slow]), timeout=1.0
+        )
+        got = []
+        with pytest.raises(grpc.RpcError) as ended:
+            for item in stream:
+                got.append(item.index)
+        ended_at = time.monotonic()
+        while len(stopped) < 2 and time.monotonic() < ended_at + 2:
+            time.sleep(0.001)
+    assert sorted(got) == [0, 1]
+    assert ended.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "after 2 of 4 answers" in ended.value.details()
+    assert len(stopped) == 2 and max(stopped) - ended_at < 0.5
