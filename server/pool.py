@@ -1,18 +1,20 @@
 """ProcessRunner: the SolveRunner of server.dispatch over spawned worker processes.
 
 Each worker process runs one solve at a time, so N workers use N cores (a thread pool shares one
-interpreter: the Python that builds each model holds the GIL). In the server process one
-"courier" thread per worker takes the next task from a shared queue, sends it over a pipe
-(pickled: fn must be a module-level function), and waits for the answer; the event loop never
-blocks. The call's stop event is forwarded at once (`StopEvent.on_set`) over a second pipe, where
-a small thread in the worker sets the local event that fn polls (solver.plan's stop_event).
+interpreter: the Python that builds each model holds the GIL). The event loop that starts a call
+sends it down an idle worker's pipe (pickled: fn must be a module-level function) and reads the
+answer itself when the pipe becomes readable (`loop.add_reader`): an answer is two wake-ups,
+worker to loop and loop to the next worker, with no thread in between. The call's stop event is
+forwarded at once (`StopEvent.on_set`) over a second pipe, where a small thread in the worker
+sets the local event that fn polls (solver.plan's stop_event).
 
-Workers are spawned (a fork would copy the server's gRPC and OR-Tools threads mid-flight), warm
-up (import the solver, solve one small plan, gc.freeze), and then serve until their pipe closes:
-they also end if the server dies. A worker that dies mid-solve (killed, out of memory, a crash
-in native code) is replaced, and its call fails with `WorkerLost`; a worker that does not end
-within `kill_after_s` of a stop is killed and replaced the same way, so a stop always ends the
-solve. Each worker keeps its own caches (solver/cache.py): they warm per process.
+Workers are spawned (a fork would copy the server's gRPC and OR-Tools threads mid-flight) by one
+"courier" thread each, off the event loop, warm up (import the solver, solve one small plan,
+gc.freeze), and then serve until their pipe closes: they also end if the server dies. A worker
+that dies mid-solve (killed, out of memory, a crash in native code) is replaced by its courier,
+and its call fails with `WorkerLost`; a worker that does not end within `kill_after_s` of a stop
+is killed and replaced the same way, so a stop always ends the solve. Each worker keeps its own
+caches (solver/cache.py): they warm per process.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ import logging
 import multiprocessing
 import os
 import queue
-import select
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -41,6 +43,7 @@ T = TypeVar("T")
 KILL_AFTER_S = 10.0  # a solve still running this long after its stop: its process is killed
 _START_TIMEOUT_S = 300.0  # spawn, import and warm-up of one worker, under load
 _TRIM_EVERY_S = 5.0  # a worker returns freed heap to the system at most this often
+_POLL_STOP_S = 0.05  # how often a stop event that is not a StopEvent is looked at
 
 
 class WorkerLost(Exception):
@@ -64,17 +67,26 @@ class ProcessRunner:
     ) -> None:
         self.processes = processes
         self.kill_after_s = kill_after_s
-        self._tasks: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # guards _pending, _idle and each courier's `current`
+        self._pending: deque[_Task] = deque()  # started, waiting for an idle worker
+        self._idle: list[_Courier] = []  # workers without a call (started, or failed to)
         self._closed = False
         self._couriers = [_Courier(self, i, warm) for i in range(processes)]
 
     def start(self, fn: Callable[..., T], *args: Any, stop: threading.Event) -> asyncio.Future[T]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        if self._closed:
-            future.set_exception(WorkerLost("the solver pool is shut down"))
-        else:
-            self._tasks.put(_Task(fn, args, stop, future, loop))
+        task = _Task(fn, args, stop, future, loop)
+        with self._lock:
+            if self._closed:
+                future.set_exception(WorkerLost("the solver pool is shut down"))
+                return future
+            if not self._idle:
+                self._pending.append(task)
+                return future
+            courier = self._idle.pop()
+            courier.current = task
+        courier.begin(task)
         return future
 
     def wait_ready(self, timeout: float = _START_TIMEOUT_S) -> int:
@@ -90,13 +102,19 @@ class ProcessRunner:
 
     def close(self) -> None:
         """Stop taking tasks; each worker ends after its solve (stopped) or at once if idle."""
-        if self._closed:
-            return
-        self._closed = True
-        for courier in self._couriers:
-            courier.stop_current()
-        for _ in self._couriers:
-            self._tasks.put(None)
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            pending, self._pending = list(self._pending), deque()
+            idle, self._idle = self._idle, []
+            running = [c.current for c in self._couriers if c.current is not None]
+        for task in pending:
+            _settle_from_any_thread(task, False, WorkerLost("the solver pool is shut down"))
+        for task in running:
+            task.stop.set()  # its courier ends the worker when the answer is in
+        for courier in idle:
+            courier.orders.put(_END)
 
     def join(self, timeout: float = 10.0) -> None:
         """Wait for the couriers and their processes to end (after close)."""
@@ -104,9 +122,30 @@ class ProcessRunner:
         for courier in self._couriers:
             courier.thread.join(max(end - time.monotonic(), 0))
 
+    def _free(self, courier: _Courier) -> None:
+        """`courier` has no call (from any thread): give it the next pending task, if any."""
+        with self._lock:
+            if self._closed:
+                task = None
+            elif self._pending:
+                task = self._pending.popleft()
+                courier.current = task
+            else:
+                self._idle.append(courier)
+                return
+        if task is None:
+            courier.orders.put(_END)
+        elif asyncio._get_running_loop() is task.loop:
+            courier.begin(task)
+        else:
+            _call_soon(task.loop, courier.begin, task)
+
+
+_SPAWN, _END = "spawn", "end"  # orders to a courier thread (besides a task to spawn for)
+
 
 class _Courier:
-    """One worker process and the thread in the server that feeds it."""
+    """One worker process: its pipes, its call, and the thread that (re)spawns it."""
 
     def __init__(self, runner: ProcessRunner, index: int, warm: bool) -> None:
         self.runner = runner
@@ -116,103 +155,162 @@ class _Courier:
         self.proc: multiprocessing.process.BaseProcess | None = None
         self.conn: Connection | None = None
         self.ctrl: Connection | None = None
-        self.poller: select.poll | None = None  # on conn: one, not a selector per wait
         self.ctrl_lock = threading.Lock()
         self.seq = 0
-        self.current: _Task | None = None
+        self.current: _Task | None = None  # the call being sent or solved (runner._lock)
+        self.kill_timer: asyncio.TimerHandle | None = None
+        self.forget_stop: Callable[[], None] = lambda: None
+        self.orders: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._run, name=f"meshplan-courier-{index}")
         self.thread.daemon = True
         self.thread.start()
+        self.orders.put(_SPAWN)
 
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None and self.ready.is_set() else None
 
-    # --- the courier thread -----------------------------------------------------------------
+    # --- on the event loop of the call ------------------------------------------------------
 
-    def _run(self) -> None:
-        while True:
-            if self.proc is None and not self.runner._closed:  # at start, and after a loss
-                try:
-                    self._spawn()
-                except Exception as err:  # noqa: BLE001  retried at the next task
-                    log.error("solver process %d did not start: %s", self.index, err)
-            task = self.runner._tasks.get()
-            if task is None:
-                break
-            ok, value = self._serve(task)
-            with contextlib.suppress(RuntimeError):  # the loop closed: no one is waiting
-                task.loop.call_soon_threadsafe(_settle, task.future, ok, value)
-        self._end()
-
-    def _serve(self, task: _Task) -> tuple[bool, Any]:
-        if self.proc is None or not self.proc.is_alive():
-            try:
-                self._spawn()
-            except Exception as err:  # noqa: BLE001
-                return False, WorkerLost(f"no solver process could be started: {err}")
-        assert self.conn is not None
+    def begin(self, task: _Task) -> None:
+        """Send `task` to the worker and watch its pipe for the answer (on task.loop)."""
+        if self.conn is None or self.proc is None or not self.proc.is_alive():
+            self.ready.clear()  # not started, failed to, or ended while idle: spawn first
+            self.orders.put(task)
+            return
         self.seq += 1
         seq = self.seq
-        self.current = task
         try:
             self.conn.send((seq, task.fn, task.args))
+        except OSError:  # the pipe broke: the process is gone
+            self._lose(task, "before it received the request")
+            return
         except Exception as err:  # noqa: BLE001  not picklable: this call's error, not the pool's
-            self.current = None
-            if isinstance(err, OSError):  # the pipe broke: the process is gone
-                return False, self._lost("before it received the request")
-            return False, TypeError(f"the solve cannot be sent to a worker process: {err}")
-        forget = _on_stop(task.stop, lambda: self._send_stop(seq))
-        try:
-            return self._await_answer(task, seq)
-        finally:
-            forget()
-            self.current = None
+            self._finish(task, False, TypeError(f"the solve cannot be sent to a worker: {err}"))
+            return
+        task.loop.add_reader(self.conn.fileno(), self._readable, task, seq)
+        if isinstance(task.stop, StopEvent):
+            self.forget_stop = task.stop.on_set(lambda: self._stopped(task, seq))
+        else:
+            task.loop.call_later(_POLL_STOP_S, self._poll_stop, task, seq)
 
-    def _await_answer(self, task: _Task, seq: int) -> tuple[bool, Any]:
+    def _readable(self, task: _Task, seq: int) -> None:
         assert self.conn is not None
-        kill_at: float | None = None
-        while True:
-            wait = 0.05 if kill_at is None else max(kill_at - time.monotonic(), 0.0)
-            try:
-                if self._answered(min(wait, 0.05)):
-                    got, ok, value = self.conn.recv()
-                    if got == seq:
-                        return ok, value
-                    continue  # an answer to an earlier, abandoned message: not possible, skip
-            except (EOFError, OSError):
-                return False, self._lost("during the solve")
-            except Exception as err:  # noqa: BLE001  the answer did not unpickle
-                return False, RuntimeError(f"the worker's answer could not be read: {err}")
-            if task.stop.is_set():
-                if kill_at is None:
-                    self._send_stop(seq)  # in case the event is not a StopEvent
-                    kill_at = time.monotonic() + self.runner.kill_after_s
-                elif time.monotonic() >= kill_at:
-                    self._kill()
-                    return False, WorkerLost(
-                        f"the solve did not stop within {self.runner.kill_after_s:g} s of being "
-                        f"asked to, so its worker process was killed and replaced"
-                    )
+        try:
+            got, ok, value = self.conn.recv()
+        except (EOFError, OSError):
+            self._lose(task, "during the solve")
+            return
+        except Exception as err:  # noqa: BLE001  the answer did not unpickle
+            got, ok, value = (
+                seq,
+                False,
+                RuntimeError(f"the worker's answer could not be read: {err}"),
+            )
+        if got == seq:  # else an answer to an earlier, abandoned message: not possible, skip
+            self._finish(task, ok, value)
 
-    def _answered(self, timeout: float) -> bool:
-        """Whether the worker's pipe can be read (an answer, or its end) within `timeout` s:
-        Connection.poll builds a selector on every call; this poll object is kept."""
-        assert self.poller is not None
-        return bool(self.poller.poll(timeout * 1000))
+    def _finish(self, task: _Task, ok: bool, value: Any) -> None:
+        self._unwatch(task)
+        _settle(task.future, ok, value)
+        self.runner._free(self)
+
+    def _unwatch(self, task: _Task) -> None:
+        if self.conn is not None:
+            task.loop.remove_reader(self.conn.fileno())
+        if self.kill_timer is not None:
+            self.kill_timer.cancel()
+            self.kill_timer = None
+        self.forget_stop()
+        self.forget_stop = lambda: None
+        with self.runner._lock:
+            self.current = None
+
+    def _lose(self, task: _Task, when: str) -> None:
+        """The worker is gone: its courier reaps and replaces it, then fails the call."""
+        self._unwatch(task)
+        self.ready.clear()
+        self.orders.put((when, task))
+
+    def _stopped(self, task: _Task, seq: int) -> None:  # from any thread
+        self._send_stop(seq)
+        _call_soon(task.loop, self._arm_kill, task, seq)
+
+    def _poll_stop(self, task: _Task, seq: int) -> None:
+        if self.current is not task or self.seq != seq:
+            return
+        if task.stop.is_set():
+            self._stopped(task, seq)
+        else:
+            task.loop.call_later(_POLL_STOP_S, self._poll_stop, task, seq)
+
+    def _arm_kill(self, task: _Task, seq: int) -> None:
+        if self.current is task and self.seq == seq and self.kill_timer is None:
+            self.kill_timer = task.loop.call_later(
+                self.runner.kill_after_s, self._kill_stuck, task, seq
+            )
+
+    def _kill_stuck(self, task: _Task, seq: int) -> None:
+        self.kill_timer = None
+        if self.current is not task or self.seq != seq:
+            return
+        if self.proc is not None:
+            self.proc.kill()
+        self._unwatch(task)
+        self.ready.clear()
+        _settle(
+            task.future,
+            False,
+            WorkerLost(
+                f"the solve did not stop within {self.runner.kill_after_s:g} s of being asked "
+                f"to, so its worker process was killed and replaced"
+            ),
+        )
+        self.orders.put(_SPAWN)  # reaped and replaced, then free again
 
     def _send_stop(self, seq: int) -> None:
         with self.ctrl_lock:
             if self.ctrl is not None:
-                with contextlib.suppress(OSError):  # the process is gone: the courier sees it
+                with contextlib.suppress(OSError):  # the process is gone: the reader sees it
                     self.ctrl.send(seq)
 
-    def stop_current(self) -> None:
-        task = self.current
-        if task is not None:
-            task.stop.set()
+    # --- the courier thread -----------------------------------------------------------------
 
-    def _lost(self, when: str) -> WorkerLost:
+    def _run(self) -> None:
+        while True:
+            order = self.orders.get()
+            if order == _END:
+                break
+            if isinstance(order, tuple):  # (when, task): the worker died under this call
+                when, task = order
+                err = self._reap(when)
+                _settle_from_any_thread(task, False, err)
+                order = _SPAWN
+            if self.runner._closed:
+                if isinstance(order, _Task):
+                    _settle_from_any_thread(
+                        order, False, WorkerLost("the solver pool is shut down")
+                    )
+                break
+            self._reap_if_gone()
+            try:
+                self._spawn()
+            except Exception as err:  # noqa: BLE001  retried at the next call
+                log.error("solver process %d did not start: %s", self.index, err)
+                if isinstance(order, _Task):
+                    with self.runner._lock:
+                        self.current = None
+                    lost = WorkerLost(f"no solver process could be started: {err}")
+                    _settle_from_any_thread(order, False, lost)
+                self.runner._free(self)
+                continue
+            if isinstance(order, _Task):
+                _call_soon(order.loop, self.begin, order)
+            else:
+                self.runner._free(self)
+        self._end()
+
+    def _reap(self, when: str) -> WorkerLost:
         proc = self.proc
         code = None
         if proc is not None:
@@ -226,8 +324,15 @@ class _Courier:
         log.warning("solver process %d ended %s (%s); replacing it", self.index, when, how)
         self._close_pipes()
         self.proc = None
-        self.ready.clear()
         return WorkerLost(f"the solver process running this request ended ({how}); it was replaced")
+
+    def _reap_if_gone(self) -> None:
+        """A process killed (or ended) before this spawn: reaped and its pipes closed."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.join(5.0)
+        self._close_pipes()
+        self.proc = None
 
     def _spawn(self) -> None:
         ctx = multiprocessing.get_context("spawn")
@@ -244,27 +349,17 @@ class _Courier:
         child.close()
         ctrl_read.close()
         self.proc, self.conn = proc, parent
-        self.poller = select.poll()
-        self.poller.register(parent.fileno(), select.POLLIN)
         with self.ctrl_lock:
             self.ctrl = ctrl_write
         if not parent.poll(_START_TIMEOUT_S):
-            self._kill()
+            self._reap_if_gone()
             raise RuntimeError(f"not ready within {_START_TIMEOUT_S:g} s")
         try:
             parent.recv()  # ("ready", pid)
         except (EOFError, OSError) as err:
-            self._lost("while starting")
+            self._reap("while starting")
             raise RuntimeError("it ended while starting") from err
         self.ready.set()
-
-    def _kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.join(5.0)
-        self._close_pipes()
-        self.proc = None
-        self.ready.clear()
 
     def _close_pipes(self) -> None:
         with self.ctrl_lock:
@@ -272,7 +367,6 @@ class _Courier:
                 if conn is not None:
                     conn.close()
             self.conn = self.ctrl = None
-            self.poller = None
 
     def _end(self) -> None:
         proc = self.proc
@@ -308,12 +402,6 @@ def one_thread_per_library() -> Iterator[None]:
                 os.environ.pop(key, None)
 
 
-def _on_stop(stop: threading.Event, callback: Callable[[], None]) -> Callable[[], None]:
-    if isinstance(stop, StopEvent):
-        return stop.on_set(callback)
-    return lambda: None  # polled by the courier instead
-
-
 def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
     if future.done():
         return
@@ -321,6 +409,15 @@ def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
         future.set_result(value)
     else:
         future.set_exception(value)
+
+
+def _settle_from_any_thread(task: _Task, ok: bool, value: Any) -> None:
+    _call_soon(task.loop, _settle, task.future, ok, value)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop closed: no one is waiting
+        loop.call_soon_threadsafe(fn, *args)
 
 
 # --- in the worker process ------------------------------------------------------------------
