@@ -242,3 +242,39 @@ def test_workers_run_numeric_libraries_on_one_thread(runner: ProcessRunner) -> N
         assert b"OPENBLAS_NUM_THREADS=1" in environ
         assert b"OMP_NUM_THREADS=1" in environ
         assert "OPENBLAS_NUM_THREADS" not in os.environ  # set for the spawn only
+
+
+def test_a_worker_that_died_while_idle_is_replaced_before_the_next_call(
+    runner: ProcessRunner,
+) -> None:
+    assert runner.wait_ready(120) == 1
+    (pid,) = runner.pids()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
+
+    async def call() -> Any:
+        return await runner.start(stubborn, 0.0, stop=StopEvent())
+
+    assert asyncio.run(call()) == "done"  # served by a new process, not failed
+    assert runner.pids() not in ([pid], [None])
+
+
+def test_a_plain_event_stop_is_polled_and_reaches_the_worker(runner: ProcessRunner) -> None:
+    """A stop event that is not a StopEvent (no callback) is looked at every 50 ms."""
+    stop = threading.Event()
+
+    async def run() -> tuple[Any, float]:
+        future = runner.start(plan_call, big_request(60), _limits(), stop=stop)
+        await asyncio.sleep(1.0)
+        stopped = time.monotonic()
+        stop.set()
+        try:
+            outcome: Any = await asyncio.wait_for(future, 30)
+        except Exception as err:  # noqa: BLE001
+            outcome = err
+        return outcome, time.monotonic() - stopped
+
+    outcome, took = asyncio.run(run())
+    assert took < 0.5, took
+    assert isinstance(outcome, RpcFailure) and outcome.code == grpc.StatusCode.CANCELLED, outcome
