@@ -12,9 +12,16 @@ from google.protobuf.message import Message
 
 from meshplan.server.limits import CallState, RpcFailure
 from meshplan.server.logs import FIELDS
-from meshplan.server.requests import Malformed, bad, check_message, check_strings, parse
+from meshplan.server.requests import Malformed, bad, check_message, parse
 from meshplan.server.runtime import Runtime, internal
-from meshplan.server.work import EvaluateFn, PlanFn, SolveLimits, evaluate_call, plan_call
+from meshplan.server.work import (
+    EvaluateFn,
+    PlanFn,
+    SolveLimits,
+    evaluate_call,
+    plan_bytes_call,
+    plan_call,
+)
 from meshplan.solver.schema import EvaluateRequest, PlanRequest
 from meshplan.v1 import planner_pb2
 
@@ -77,12 +84,13 @@ class PlannerServicer:
     def _message(self, request: Any, prefix: str = "") -> Message:
         return check_message(request, self.settings.max_string_chars, prefix)
 
-    async def _plan(
-        self, req: PlanRequest, call: CallState, prefix: str = ""
-    ) -> planner_pb2.PlanResponse:
+    async def _plan(self, req: PlanRequest, call: CallState) -> planner_pb2.PlanResponse:
         """One solve under the call's limits; raises RpcFailure for what is not a plan."""
+        return await self._solved(call, plan_call, req, self._limits(call), "", self.plan_fn)
+
+    def _limits(self, call: CallState) -> SolveLimits:
         s = self.settings
-        limits = SolveLimits(
+        return SolveLimits(
             deadline=call.deadline,
             default_time_limit_s=s.default_time_limit_s,
             max_time_limit_s=s.max_time_limit_s,
@@ -90,9 +98,9 @@ class PlannerServicer:
             deadline_margin_s=s.deadline_margin_s,
             workers_per_solve=s.workers_per_solve,
         )
-        status, answer = await self.rt.solve(
-            call, "Plan", plan_call, req, limits, prefix, self.plan_fn
-        )
+
+    async def _solved(self, call: CallState, fn: Any, *args: Any) -> planner_pb2.PlanResponse:
+        status, answer = await self.rt.solve(call, "Plan", fn, *args)
         m = self.rt.metrics
         m.child(m.plans, status).inc()
         return answer
@@ -143,8 +151,12 @@ class PlannerServicer:
     ) -> planner_pb2.PlanBatchResponse:
         prefix = f"requests[{index}]"
         try:
-            check_strings(msg, self.settings.max_string_chars, prefix)
-            answer = await self._plan(parse(msg, PlanRequest, prefix), call, prefix)
+            # parsed in the solve (a worker process, if any): the event loop forwards bytes
+            data, chars = msg.SerializeToString(), self.settings.max_string_chars
+            limits = self._limits(call)
+            answer = await self._solved(
+                call, plan_bytes_call, data, chars, limits, prefix, self.plan_fn
+            )
             return planner_pb2.PlanBatchResponse(index=index, result=answer)
         except RpcFailure as failure:
             return planner_pb2.PlanBatchResponse(index=index, error=_item_error(failure))

@@ -21,6 +21,7 @@ from google.protobuf import json_format
 
 from meshplan.server.convert import to_proto
 from meshplan.server.limits import RpcFailure
+from meshplan.server.requests import check_strings, parse
 from meshplan.server.validate import Violation, echo, from_solver_error
 from meshplan.solver.results import Evaluation, PlanResult, PlanStatus
 from meshplan.solver.schema import EvaluateRequest, PlanRequest
@@ -77,6 +78,23 @@ def plan_call(
             f"no plan found within the deadline ({req.options.time_limit_s:.3f} s of solving)",
         )
     return result.status.value, to_proto(result, planner_pb2.PlanResponse)
+
+
+def plan_bytes_call(
+    data: bytes,
+    max_string_chars: int,
+    limits: SolveLimits,
+    prefix: str = "",
+    plan_fn: PlanFn | None = None,
+    *,
+    stop: threading.Event,
+) -> tuple[str, planner_pb2.PlanResponse]:
+    """plan_call for a request still in its wire form (a batch item): its strings checked and
+    the request parsed here, in the worker, so the event loop only forwards bytes (the same
+    INVALID_ARGUMENT answers as when the servicer parses)."""
+    msg = planner_pb2.PlanRequest.FromString(data)
+    check_strings(msg, max_string_chars, prefix)
+    return plan_call(parse(msg, PlanRequest, prefix), limits, prefix, plan_fn, stop=stop)
 
 
 def evaluate_call(

@@ -27,7 +27,7 @@ from meshplan.server.pool import ProcessRunner, WorkerLost
 from meshplan.server.work import SolveLimits, plan_call
 from meshplan.solver import plan
 from meshplan.solver.scheduler import CurveRequest, scaling_curve
-from meshplan.v1 import planner_pb2_grpc
+from meshplan.v1 import planner_pb2, planner_pb2_grpc
 
 
 def stubborn(seconds: float, *, stop: threading.Event) -> str:
@@ -284,3 +284,33 @@ def test_a_plain_event_stop_is_polled_and_reaches_the_worker(runner: ProcessRunn
     outcome, took = asyncio.run(run())
     assert took < 0.5, took
     assert outcome == "stopped"
+
+
+def test_invalid_batch_items_parsed_in_the_workers_name_their_fields(
+    pool_server: tuple[int, PlannerServer],
+) -> None:
+    """Batch items reach the worker processes as bytes and are checked there: a long string,
+    an out-of-range number and an unknown enum number each come back as an item error naming
+    the item's field; the valid item is planned."""
+    port, _ = pool_server
+    negative = plan_message(small_request())
+    negative.cluster.num_gpus = -8
+    unknown = plan_message(small_request())
+    unknown.training.precision = 99  # not a Precision value
+    batch = planner_pb2.PlanBatchRequest(
+        requests=[
+            plan_message(small_request()),
+            planner_pb2.PlanRequest(cluster={"gpu": "x" * 5000, "num_gpus": 8}),
+            negative,
+            unknown,
+        ]
+    )
+    with grpc.insecure_channel(f"{LOOPBACK}:{port}") as channel:
+        stub = planner_pb2_grpc.PlannerStub(channel)
+        items = {a.index: a for a in stub.PlanBatch(batch, timeout=60)}
+    assert items[0].HasField("result") and items[0].result.config.tp >= 1
+    fields = {i: [v.field for v in items[i].error.field_violations] for i in (1, 2, 3)}
+    assert all(items[i].error.code == "INVALID_ARGUMENT" for i in (1, 2, 3))
+    assert fields[1] == ["requests[1].cluster.gpu"]
+    assert fields[2] == ["requests[2].cluster.num_gpus"]
+    assert fields[3] == ["requests[3].training.precision"]
