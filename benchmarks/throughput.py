@@ -11,7 +11,9 @@ pinned small ones with --quick) go
   threads of this process (`--pool thread`), with no gRPC (default: neither).
 
 Plans per second = requests / wall time from the first submission to the last answer; worker
-start-up and imports are paid before the clock starts. Every answer is counted by status.
+start-up and imports are paid before the clock starts. Every answer is counted by status. "main
+CPU" is this process's CPU time per plan during the batch (the server's event loop, gRPC and
+the client; not the solver processes): what competes with the solves for the cores.
 Targets: 1,000 plans in <= 5 s through PlanBatch, and >= 1.8x the plans/s from 1 to 2 processes.
 
     python -m benchmarks throughput [--quick] [-n N] [--processes 1,2] [--pool process,thread]
