@@ -62,7 +62,7 @@ def runner() -> Iterator[ProcessRunner]:
 
 
 async def _start_then(
-    runner: ProcessRunner, fn: Any, *args: Any, stop: StopEvent, after: float
+    runner: ProcessRunner, fn: Any, *args: Any, stop: StopEvent | threading.Event, after: float
 ) -> tuple[Any, float]:
     """Start fn in the pool, set `stop` after `after` s; (outcome, seconds from stop to end)."""
     future = runner.start(fn, *args, stop=stop)
@@ -269,20 +269,7 @@ def test_a_worker_that_died_while_idle_is_replaced_before_the_next_call(
 def test_a_plain_event_stop_is_polled_and_reaches_the_worker(runner: ProcessRunner) -> None:
     """A stop event that is not a StopEvent (no callback) is looked at every 50 ms."""
     stop = threading.Event()
-
-    async def run() -> tuple[Any, float]:
-        future = runner.start(waits_for_stop, 60.0, stop=stop)
-        await asyncio.sleep(0.3)
-        assert not future.done()
-        stopped = time.monotonic()
-        stop.set()
-        try:
-            outcome: Any = await asyncio.wait_for(future, 30)
-        except Exception as err:  # noqa: BLE001
-            outcome = err
-        return outcome, time.monotonic() - stopped
-
-    outcome, took = asyncio.run(run())
+    outcome, took = asyncio.run(_start_then(runner, waits_for_stop, 60.0, stop=stop, after=0.3))
     assert took < 0.5, took
     assert outcome == "stopped"
 
