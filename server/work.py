@@ -165,10 +165,3 @@ def _takes_stop_event(fn: Callable[..., Any]) -> bool:
         return "stop_event" in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
-
-
-def cell_call(task: Any, deadline: float | None, *, stop: threading.Event) -> Any:
-    """One scheduler cell (solver.scheduler.cells.solve_cell) under the query's deadline."""
-    from meshplan.solver.scheduler.cells import Budget, solve_cell
-
-    return solve_cell(task, Budget(stop=stop, deadline=deadline))

@@ -34,8 +34,6 @@ from meshplan.solver.rules import (
 )
 from meshplan.solver.schema import Precision, Recompute, SearchSpec, TrainingSpec
 
-_AXES = ("pv", "db", "te", "r", "z")  # a point's axes besides its layout row
-
 __all__ = ["Batch", "Space", "batch_of", "divisors", "fewer_gpu_counts", "violations"]
 
 
@@ -318,24 +316,15 @@ class Space:
         planner's, when these are its layouts) unless `kept` is False (a one-off set)."""
         lays = list(self.all_layouts if layouts is None else layouts)
         pts, pos = [], []
-        dom: dict[str, dict] = {a: {} for a in _AXES}  # each axis' values, in order of appearance
-        idx: dict[str, list[int]] = {a: [] for a in _AXES}
         for i, lay in enumerate(lays):
             p = self.least_memory_point(lay)
-            if p is None:
-                continue
-            pts.append(p)
-            pos.append(i)
-            for a in _AXES:
-                d = dom[a]
-                idx[a].append(d.setdefault(p.axis(a), len(d)))
+            if p is not None:
+                pts.append(p)
+                pos.append(i)
         if not pts:
             return []
         rows = cache.rows(self.cm, lays) if kept else Rows.of(lays)
-        at = Points(
-            np.array(pos, dtype=np.int64),
-            {a: (list(dom[a]), np.array(idx[a], dtype=np.int64)) for a in _AXES},
-        )
+        at = Points.of(pts, pos)
         need = np.max(np.array([self.cm.stage_units(rows, at, st) for st in STAGES]), axis=0)
         return list(zip(pts, (int(x) for x in need.tolist()), strict=True))
 

@@ -24,6 +24,7 @@ import numpy as np
 from meshplan.solver.costmodel.point import Point, Rows, full
 
 FACTOR_AXES = ("pv", "te", "db")  # order in which factors are applied
+POINT_AXES = ("pv", "db", "te", "r", "z")  # a point's axes besides its layout row
 Factor = Callable[[object], Fraction]
 INT_SAFE = 1 << 58  # |integer start| below this: int64 sums of up to 32 starts cannot overflow
 MUL_SAFE = 1 << 62  # |x · numerator| below this: the int64 product is exact
@@ -333,13 +334,17 @@ class Points:
         return Points(self.row[at], {a: (dom, idx[at]) for a, (dom, idx) in self.axes.items()})
 
     @staticmethod
-    def of(points: Sequence[Point], rows_of: dict, domains: dict[str, Sequence[object]]) -> Points:
-        """From Point objects, with each layout's row position and each axis' domain."""
-        axes = {}
-        for ax, dom in domains.items():
-            pos = {v: j for j, v in enumerate(dom)}
-            axes[ax] = (dom, np.array([pos[p.axis(ax)] for p in points], dtype=np.int64))
-        return Points(np.array([rows_of[p.lay] for p in points], dtype=np.int64), axes)
+    def of(points: Sequence[Point], rows: Sequence[int]) -> Points:
+        """From Point objects and each one's row position: each axis' domain is its values in
+        the order they appear, built in one pass over the points."""
+        dom: dict[str, dict] = {a: {} for a in POINT_AXES}
+        idx: dict[str, list[int]] = {a: [] for a in POINT_AXES}
+        for p in points:
+            for a in POINT_AXES:
+                d = dom[a]
+                idx[a].append(d.setdefault(p.axis(a), len(d)))
+        axes = {a: (list(dom[a]), np.array(idx[a], dtype=np.int64)) for a in POINT_AXES}
+        return Points(np.array(rows, dtype=np.int64), axes)
 
 
 def frac(x: float, max_den: int = 1 << 20) -> Fraction:
