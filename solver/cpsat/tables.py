@@ -209,20 +209,14 @@ class Tables:
         is at most `cap`, and the least bound of the others (inf: none)."""
         self.coarse()
         by_te, ends = self.memo["by_te"]
-        bounds = by_te[ends[row] : ends[row + 1]]
-        keep = bounds <= cap
-        rest = bounds[~keep]
-        return self.agree("te", row)[keep], float(rest.min()) if len(rest) else np.inf
+        return _within(self.agree("te", row), by_te[ends[row] : ends[row + 1]], cap)
 
     def shapes_within(self, row: int, cap: float) -> tuple[np.ndarray, float]:
         """The micro-batch shapes of the row whose bound is at most `cap` (positions in the db
         domain), and the least bound of the others (inf: none)."""
         if row not in self._by_db:
             self._shapes([row])
-        ds, bounds = self._by_db[row]
-        keep = bounds <= cap
-        rest = bounds[~keep]
-        return ds[keep], float(rest.min()) if len(rest) else np.inf
+        return _within(*self._by_db[row], cap)
 
     def refine(self, rows: list[int], cap: float | None = None) -> None:
         """Compute the fine bounds of these rows (those not done already), of every cell whose
@@ -292,3 +286,10 @@ class Tables:
         (_, b, m), (_, e, et) = self.sp.db[f.db[c]], self.sp.te[f.te[c]]
         v = self.sp.pv[f.pv[c, ri, zi]][1]
         return Point(self.sp.layouts[row], v, b, m, e, et, self.sp.rs[ri], self.sp.zs[zi])
+
+
+def _within(values: np.ndarray, bounds: np.ndarray, cap: float) -> tuple[np.ndarray, float]:
+    """The values whose bound is at most `cap`, and the least bound of the others (inf: none)."""
+    keep = bounds <= cap
+    rest = bounds[~keep]
+    return values[keep], float(rest.min()) if len(rest) else np.inf
