@@ -17,9 +17,9 @@ request again (the answer cache), one Replan and a precomputed Replan table for 
 from __future__ import annotations
 
 import os
-import resource
 import statistics
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -106,11 +106,6 @@ class Report:
         self.cold_curve_s = statistics.median(self.cold_runs_s)
 
 
-def _own_cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def _children() -> list[int]:
     """This process's child processes (Linux /proc; none elsewhere)."""
     pids: list[int] = []
@@ -141,9 +136,9 @@ def cold_curve(client: Any, req: Any) -> tuple[Any, float, float, float]:
     """The curve from a server that has not answered it: (the answer, wall s, this process's
     CPU s, the solver processes' CPU s)."""
     pids = _children()
-    own, solvers = _own_cpu_s(), _cpu_s(pids)
+    own, solvers = time.process_time(), _cpu_s(pids)
     curve, wall = timed(client.scaling_curve, req, timeout=3600)
-    return curve, wall, _own_cpu_s() - own, _cpu_s(pids) - solvers
+    return curve, wall, time.process_time() - own, _cpu_s(pids) - solvers
 
 
 def run(
