@@ -102,6 +102,7 @@ class Report:
 
 
 def _plan_in_process(inst: Instance, time_limit_s: float) -> tuple[object, float]:
+    from meshplan.server.memory import settle_heap
     from meshplan.solver import plan
 
     req = inst.request(time_limit_s=time_limit_s)
@@ -110,6 +111,8 @@ def _plan_in_process(inst: Instance, time_limit_s: float) -> tuple[object, float
         return timed(plan, req)
     except TimeoutError as err:  # nothing found within the limit: report, do not hang
         return err, time.perf_counter() - t0
+    finally:  # after the timing, as a solver process settles its heap after each answer
+        settle_heap()
 
 
 def run(

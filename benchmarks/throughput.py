@@ -112,12 +112,15 @@ def _outcome(res: Any) -> tuple[str, float | None]:
 
 
 def _plan_or_error(req: Any) -> Any:
+    from meshplan.server.memory import settle_heap
     from meshplan.solver import plan
 
     try:
         return plan(req)
     except (TimeoutError, ValueError, KeyError) as err:
         return err
+    finally:
+        settle_heap()  # as the server's solver processes do after each call
 
 
 def _warm_worker(barrier: Any) -> None:

@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
+from meshplan.server.memory import settle_heap
+
 T = TypeVar("T")
 
 
@@ -71,6 +73,14 @@ class SolveRunner(Protocol):
         ...
 
 
+def _then_settle(fn: Callable[..., T], *args: Any, stop: threading.Event) -> T:
+    """fn, then settle the heap (server/memory.py) as a worker process does after each call."""
+    try:
+        return fn(*args, stop=stop)
+    finally:
+        settle_heap()
+
+
 class ThreadRunner:
     """SolveRunner over a thread pool of `workers` threads (one per solver slot); fn polls
     `stop` itself (solver.plan's stop_event), so the runner only has to pass it on."""
@@ -81,7 +91,8 @@ class ThreadRunner:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshplan-solve")
 
     def start(self, fn: Callable[..., T], *args: Any, stop: threading.Event) -> asyncio.Future[T]:
-        return asyncio.get_running_loop().run_in_executor(self.pool, partial(fn, *args, stop=stop))
+        call = partial(_then_settle, fn, *args, stop=stop)
+        return asyncio.get_running_loop().run_in_executor(self.pool, call)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

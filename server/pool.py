@@ -470,6 +470,7 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
             return
         except Exception as err:  # noqa: BLE001  an answer that does not pickle
             conn.send((seq, False, RuntimeError(f"the answer could not be sent back: {err}")))
+        settle_heap()  # what the call left (the caches) stays out of collections
         if trim is not None and time.monotonic() - trimmed > _TRIM_EVERY_S:
             trim()
             trimmed = time.monotonic()
@@ -500,3 +501,9 @@ def _trimmer() -> Callable[[], int] | None:
     from meshplan.server.memory import trimmer
 
     return trimmer()
+
+
+def settle_heap() -> None:
+    from meshplan.server.memory import settle_heap as settle
+
+    settle()

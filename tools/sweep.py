@@ -121,12 +121,15 @@ def solve_request(
 
     Module-level so a process pool can pickle it.
     """
+    from meshplan.server.memory import settle_heap
     from meshplan.solver.planner import plan
 
     try:
         return plan(PlanRequest.model_validate(request), stop).model_dump(mode="json"), None
     except Exception as err:  # noqa: BLE001  any failure of one cell is that cell's error row
         return None, describe_error(err)
+    finally:
+        settle_heap()  # as a server's solver process does after each call
 
 
 def solve_local(jobs: Sequence[Job], workers: int = 0) -> Iterator[Outcome]:
