@@ -18,6 +18,8 @@ import gc, json, time, weakref
 from meshplan.server import memory
 
 memory._SETTLE_CHECK = 1  # look at the frozen count after every call
+memory._SETTLE_SPREAD = 10**9
+memory._settled["check_at"] = 1
 memory._SETTLE_FLOOR = 1_000
 gc.collect()
 first = memory.settle_heap()  # nothing collected since start: a full pass, then the baseline
