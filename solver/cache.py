@@ -18,7 +18,10 @@ which rows, the factors, the coarse, shape and fine bounds) depend on the rows a
 domains as well, so a request that repeats a space (its pins, batch and options aside from the
 time limit, workers, gap and alternatives) computes none of them again: `tables_memo`, at most
 `MAX_TABLE_BYTES` in all; the space itself (its layouts and domains) and the greedy recipe's
-point over it are kept too (`space`, at most `MAX_SPACES`). Whether a request fits on k GPUs
+point over it are kept too (`space`, at most `MAX_SPACES`). The layouts and axis values a space
+starts from (`space.Grid`) depend only on the model, the framework, sequence length, precision,
+pins, the GPUs per node and count and the batch, not on the GPU type's speeds or memory nor on the
+cost model: spaces that share those share them (`grid`, at most `MAX_GRIDS`). Whether a request fits on k GPUs
 (what the explanation's search for the smallest cluster asks, count after count) depends on the
 request less its GPU count, so requests for one job at several counts share the answers
 (`fits_by_count`, at most `MAX_FIT_KEYS` such requests). `clear()` empties every cache; `info()`
@@ -47,6 +50,7 @@ MAX_MODELS = 64
 MAX_ROWS = 65_536
 MAX_TABLE_BYTES = 128 * 2**20
 MAX_SPACES = 64
+MAX_GRIDS = 256  # each a few hundred layouts and batch shapes: ~0.1 MiB
 MAX_FIT_KEYS = 1024  # each ~3.5 KiB at most (two JSON keys, up to ~60 counts): ~3.5 MiB
 # Training fields that do not change the cost model's terms (they shape the search space).
 BATCH_FIELDS = ("global_batch_tokens", "critical_batch_tokens", "train_tokens")
@@ -57,6 +61,7 @@ _rows: OrderedDict[tuple, Rows] = OrderedDict()
 _rows_held = 0
 _tables: OrderedDict[tuple, Memo] = OrderedDict()
 _spaces: OrderedDict[tuple, object] = OrderedDict()
+_grids: OrderedDict[tuple, object] = OrderedDict()
 _fits: OrderedDict[tuple, dict[int, bool]] = OrderedDict()
 _tables_bytes = 0
 
@@ -123,6 +128,12 @@ def space(cm: CostModel, key: tuple, build: Callable[[], T]) -> T:
     if base is None:
         return build()
     return _built_once(_spaces, (base, *key), build, MAX_SPACES)
+
+
+def grid(key: tuple, build: Callable[[], T]) -> T:
+    """The layouts and axis values a space starts from (`space.Space._grid`), built once per
+    `key` (`Space.grid_key`, which must name everything the build reads)."""
+    return _built_once(_grids, key, build, MAX_GRIDS)
 
 
 def fits_by_count(cm: CostModel, training: TrainingSpec, search: SearchSpec) -> dict[int, bool]:
@@ -207,13 +218,14 @@ def clear() -> None:
         _rows.clear()
         _tables.clear()
         _spaces.clear()
+        _grids.clear()
         _fits.clear()
         _rows_held = _tables_bytes = 0
 
 
 def info() -> dict[str, int]:
     """The caches' sizes: cost models, row sets, layout rows, spaces' tables and their bytes,
-    spaces, requests (less their GPU count) with counts known to fit or not, and those counts."""
+    spaces, grids, requests (less their GPU count) with counts known to fit or not, and those counts."""
     with _lock:
         return {
             "models": len(_models),
@@ -221,6 +233,7 @@ def info() -> dict[str, int]:
             "rows": _rows_held,
             "tables": len(_tables),
             "spaces": len(_spaces),
+            "grids": len(_grids),
             "table_bytes": _tables_bytes,
             "fit_requests": len(_fits),
             "fit_counts": sum(len(v) for v in _fits.values()),

@@ -34,7 +34,7 @@ from meshplan.solver.rules import (
 )
 from meshplan.solver.schema import Precision, Recompute, SearchSpec, TrainingSpec
 
-__all__ = ["Batch", "Space", "batch_of", "divisors", "fewer_gpu_counts", "violations"]
+__all__ = ["Batch", "Grid", "Space", "batch_of", "divisors", "fewer_gpu_counts", "violations"]
 
 
 def divisors(n: int) -> list[int]:
@@ -90,6 +90,18 @@ def batch_of(training: TrainingSpec, active_params: int) -> Batch:
         return Batch(training.global_batch_tokens // s, cap)
     cap = batch_choice(training, active_params).cap_tokens  # given, or the scaling law's
     return Batch(0, cap // s)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A space's values before the memory prune (`Space._grid`): a pure function of
+    `Space.grid_key`, so spaces that share the key (one model on GPU types with as many GPUs
+    per node, or under other cost models) share it (`cache.grid`)."""
+
+    layouts: tuple[Layout, ...]  # in Layout's order
+    db: tuple[tuple[int, int, int], ...]  # (dp, b, M), sorted
+    te_of: dict[tuple[int, int], tuple]  # (tp, dp·cp) of a layout -> its (tp, ep, etp) groups
+    te: tuple[tuple[int, int, int], ...]  # every group of te_of, sorted
 
 
 @dataclass
@@ -178,14 +190,24 @@ class Space:
             self._zcache[k] = [z for z in self.zs if z in ok]
         return self._zcache[k]
 
-    def _generate(self, n: int, prune: bool = True) -> None:
+    def grid_key(self, n: int) -> tuple:
+        """Everything `_grid` reads: the model, the framework, sequence length and precision,
+        the search's fields, the GPUs per node, the count and the batch (not the GPU type's
+        speeds or memory, nor the cost model)."""
+        t, q = self.training, self.search
+        pins = tuple(getattr(q, f) for f in type(q).model_fields)
+        return (self.A, t.framework, t.seq_len, t.precision, pins, self.H.gpn, n, self.batch)
+
+    def _grid(self, n: int) -> Grid:
+        """The layouts of up to n GPUs that obey the rules and pins, and the values of the other
+        axes that agree with them, before the memory prune."""
         A, q, s, prof = self.A, self.search, self.training.seq_len, self.profile
         counts = fewer_gpu_counts(n, self.H.gpn) if q.allow_fewer_gpus else [n]
         no_pp = (A.is_moe and not prof.moe_with_pp) or (A.tied and not prof.tied_with_pp)
-        self.rs = [q.recompute] if q.recompute else list(Recompute)
-        self.zs = [q.zero_stage] if q.zero_stage is not None else [0, 1, 2, 3]
+        max_p = 1 if no_pp else A.L + prof.extra_chunks
         groups = {t: self.expert_groups(t) for t in self.tp_values()}
-        rows: set[Layout] = set()
+        sp_pin = q.sequence_parallel is not False
+        rows: list[Layout] = []  # distinct: each (g, t, c, p) once
         for g in counts:
             for t, tes in groups.items():
                 if g % t or not tes:
@@ -196,17 +218,15 @@ class Space:
                     if c > 1 and not prof.context_parallel:
                         continue
                     for p in divisors(g // (t * c)):
-                        if p > A.L + prof.extra_chunks or (q.pp and p != q.pp) or (no_pp and p > 1):
+                        if p > max_p or (q.pp and p != q.pp):
                             continue
                         d = g // (t * c * p)
                         if q.dp and d != q.dp:
                             continue
                         if not any(folds(t, c, d, e, et) for _, e, et in tes):
                             continue
-                        sp_on = t > 1 and (q.sequence_parallel is not False)
-                        row = Layout(t, p, c, d, g, sp_on)
-                        if self.zero_values(row):
-                            rows.add(row)
+                        if self._zero_values(p > 1, d * c > 1):
+                            rows.append(Layout(t, p, c, d, g, t > 1 and sp_pin))
         # Free micro-batch sizes are powers of two (what launchers and kernels are tuned for).
         pow2 = [1 << k for k in range(q.max_micro_batch_size.bit_length())]
         bs = [q.micro_batch_size] if q.micro_batch_size else pow2
@@ -218,14 +238,24 @@ class Space:
         }
         dps = {d for d, _, _ in db}
         order = lambda r: (r.tp, r.pp, r.cp, r.dp, r.gpus, r.sp)  # noqa: E731  Layout's order
-        self.all_layouts = sorted((r for r in rows if r.dp in dps), key=order)
-        self.db_all = sorted(db)
-        te_of: dict[tuple[int, int], list] = {}  # rows with one tp and dp·cp share their groups
-        for r in self.all_layouts:
+        lays = tuple(sorted((r for r in rows if r.dp in dps), key=order))
+        te_of: dict[tuple[int, int], tuple] = {}  # rows with one tp and dp·cp share their groups
+        for r in lays:
             k = (r.tp, r.dp * r.cp)
             if k not in te_of:
-                te_of[k] = self._te_of(r, groups)
-        self.te_all = sorted({x for v in te_of.values() for x in v})
+                te_of[k] = tuple(self._te_of(r, groups))
+        te_all = tuple(sorted({x for v in te_of.values() for x in v}))
+        return Grid(lays, tuple(sorted(db)), te_of, te_all)
+
+    def _generate(self, n: int, prune: bool = True) -> None:
+        A, q, prof = self.A, self.search, self.profile
+        self.rs = [q.recompute] if q.recompute else list(Recompute)
+        self.zs = [q.zero_stage] if q.zero_stage is not None else [0, 1, 2, 3]
+        grid = cache.grid(self.grid_key(n), lambda: self._grid(n))
+        self.all_layouts = list(grid.layouts)
+        self.db_all = list(grid.db)
+        self.te_all = list(grid.te)
+        te_of = grid.te_of
         self.layouts = self._prune(self.all_layouts) if prune else list(self.all_layouts)
         keep_d = {r.dp for r in self.layouts}
         self.db = [x for x in self.db_all if x[0] in keep_d]
