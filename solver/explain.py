@@ -64,8 +64,7 @@ def feasible_at(sp: Space, check: Check = _never) -> bool:
     lays = sorted(sp.all_layouts, key=_fit_order)
     for i in range(0, len(lays), _CHECK_EVERY):
         check()
-        needs = sp.least_memory_needs(lays[i : i + _CHECK_EVERY], kept=False)
-        if any(need <= sp.cm.budget for _, need in needs):
+        if sp.least_memory_fits(lays[i : i + _CHECK_EVERY]):
             return True
     return False
 

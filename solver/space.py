@@ -345,18 +345,39 @@ class Space:
         layouts (default: every layout of the space) at once; over rows kept in the cache (the
         planner's, when these are its layouts) unless `kept` is False (a one-off set)."""
         lays = list(self.all_layouts if layouts is None else layouts)
-        pts, pos = [], []
-        for i, lay in enumerate(lays):
-            p = self.least_memory_point(lay)
-            if p is not None:
-                pts.append(p)
-                pos.append(i)
+        pts, pos = self._least_points(lays)
         if not pts:
             return []
         rows = cache.rows(self.cm, lays) if kept else Rows.of(lays)
         at = Points.of(pts, pos)
         need = np.max(np.array([self.cm.stage_units(rows, at, st) for st in STAGES]), axis=0)
         return list(zip(pts, (int(x) for x in need.tolist()), strict=True))
+
+    def least_memory_fits(self, layouts: Sequence[Layout]) -> bool:
+        """Whether some layout's least-memory point fits (some need of `least_memory_needs(
+        layouts, kept=False)` within the budget), a stage at a time: when the first stage
+        overflows every point, the last is not computed."""
+        lays = list(layouts)
+        pts, pos = self._least_points(lays)
+        if not pts:
+            return False
+        rows, at = Rows.of(lays), Points.of(pts, pos)
+        for st in STAGES:
+            ok = np.flatnonzero(self.cm.stage_units(rows, at, st) <= self.cm.budget)
+            if not len(ok):
+                return False
+            at = at.take(ok)
+        return True
+
+    def _least_points(self, lays: list[Layout]) -> tuple[list[Point], list[int]]:
+        """The layouts' least-memory points, and the position of each one's layout."""
+        pts, pos = [], []
+        for i, lay in enumerate(lays):
+            p = self.least_memory_point(lay)
+            if p is not None:
+                pts.append(p)
+                pos.append(i)
+        return pts, pos
 
     def _prune(self, rows: list[Layout]) -> list[Layout]:
         """The layouts whose least-memory point fits, in their order."""

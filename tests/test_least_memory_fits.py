@@ -1,0 +1,63 @@
+"""`Space.least_memory_fits` (a stage at a time, stopping when the first stage overflows every
+point) answers what the least-memory needs of both stages answer: whether some layout's
+least-memory point fits."""
+
+from __future__ import annotations
+
+from meshplan.solver.explain import _fit_order
+from meshplan.solver.planner import _resolve
+from meshplan.solver.schema import PlanRequest
+from meshplan.solver.space import Space
+
+CASES = [  # (model, GPUs, seq_len, search): tight, roomy and between, dense and MoE
+    ("llama3-405b", 16, 8192, {}),
+    ("llama3-405b", 64, 8192, {}),
+    ("llama3-405b", 256, 8192, {}),
+    ("llama3-70b", 8, 8192, {}),
+    ("llama3-70b", 16, 4096, {"zero_stage": 1}),
+    ("mixtral-8x22b", 8, 4096, {}),
+    ("mixtral-8x22b", 32, 4096, {}),
+    ("qwen3-235b-a22b", 64, 8192, {}),
+]
+
+
+def _space(model: str, n: int, seq: int, search: dict) -> Space:
+    req = PlanRequest.model_validate(
+        {
+            "model": {"preset": model},
+            "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": n},
+            "training": {"seq_len": seq},
+            "search": search,
+        }
+    )
+    A, H, cm = _resolve(req)
+    return Space.build(A, H, req.training, req.search, cm, prune=False)
+
+
+def test_least_memory_fits_is_any_need_within_the_budget() -> None:
+    answers = []
+    for case in CASES:
+        sp = _space(*case)
+        lays = sorted(sp.all_layouts, key=_fit_order)
+        for part in (lays, lays[:1], lays[:5], lays[len(lays) // 2 :], []):
+            want = any(n <= sp.cm.budget for _, n in sp.least_memory_needs(part, kept=False))
+            assert sp.least_memory_fits(part) == want, (case, len(part))
+            answers.append(want)
+    assert True in answers and False in answers  # both answers were put to the test
+
+
+def test_least_memory_fits_reads_the_last_stage() -> None:
+    """Points the first stage lets through and the last refuses do not fit: the answer is the
+    one over both stages where they disagree."""
+    seen = 0
+    for case in CASES:
+        sp = _space(*case)
+        refused = [
+            p.lay
+            for p, need in sp.least_memory_needs(kept=False)
+            if sp.cm.stage_bytes(p, "first") <= sp.cm.budget < need
+        ]
+        if refused:
+            assert sp.least_memory_fits(refused) is False, case
+            seen += 1
+    assert seen  # some case has such layouts
