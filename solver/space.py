@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from math import gcd
 
 import numpy as np
@@ -42,6 +42,12 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
+@lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
+    """divisors(n), kept: a space's generation asks for the same few counts' many times."""
+    return tuple(divisors(n))
+
+
 def fewer_gpu_counts(n: int, gpn: int) -> list[int]:
     """GPU counts tried below n: m·2^k for m in {1, 3, 5, 7}, whole nodes (or within one)."""
     out = {n}
@@ -63,24 +69,30 @@ class Batch:
 
     def microbatches(self, dp: int, b: int, pin: int = 0) -> list[int]:
         """Micro-batch counts allowed for (dp, b): the space of the batch identity."""
-        if self.fixed_seqs:
-            if self.fixed_seqs % (dp * b):
-                return []
-            m = self.fixed_seqs // (dp * b)
-            return [m] if not pin or pin == m else []
-        top = self.cap_seqs // (dp * b)
-        if pin:
-            return [pin] if pin <= top else []
-        if top < 1:
-            return []
-        # The largest batch under the cap, and powers of two below it: fewer micro-batches in
-        # flight is the only reason to take a smaller batch (pipeline memory).
-        out = {top}
-        m = 1
-        while m < top:
-            out.add(m)
-            m *= 2
-        return sorted(out)
+        return list(_microbatches(self.fixed_seqs, self.cap_seqs, dp * b, pin))
+
+
+@lru_cache(maxsize=4096)
+def _microbatches(fixed_seqs: int, cap_seqs: int, seqs: int, pin: int) -> tuple[int, ...]:
+    """Batch.microbatches, of a micro-batch step of `seqs` sequences (dp·b), kept."""
+    if fixed_seqs:
+        if fixed_seqs % seqs:
+            return ()
+        m = fixed_seqs // seqs
+        return (m,) if not pin or pin == m else ()
+    top = cap_seqs // seqs
+    if pin:
+        return (pin,) if pin <= top else ()
+    if top < 1:
+        return ()
+    # The largest batch under the cap, and powers of two below it: fewer micro-batches in
+    # flight is the only reason to take a smaller batch (pipeline memory).
+    out = {top}
+    m = 1
+    while m < top:
+        out.add(m)
+        m *= 2
+    return tuple(sorted(out))
 
 
 def batch_of(training: TrainingSpec, active_params: int) -> Batch:
@@ -207,23 +219,27 @@ class Space:
         max_p = 1 if no_pp else A.L + prof.extra_chunks
         groups = {t: self.expert_groups(t) for t in self.tp_values()}
         sp_pin = q.sequence_parallel is not False
+        # an expert group folds into tp·cp·dp when its size ep·etp divides it (rules.folds): a
+        # size that divides tp folds into every layout of that tp
+        sizes = {t: sorted({e * et for _, e, et in tes}) for t, tes in groups.items()}
+        always = {t: any(t % k == 0 for k in ks) for t, ks in sizes.items()}
         rows: list[Layout] = []  # distinct: each (g, t, c, p) once
         for g in counts:
             for t, tes in groups.items():
                 if g % t or not tes:
                     continue
-                for c in divisors(g // t):
+                for c in _divisors(g // t):
                     if s % (2 * t * c) or (q.cp and c != q.cp):
                         continue
                     if c > 1 and not prof.context_parallel:
                         continue
-                    for p in divisors(g // (t * c)):
+                    for p in _divisors(g // (t * c)):
                         if p > max_p or (q.pp and p != q.pp):
                             continue
                         d = g // (t * c * p)
                         if q.dp and d != q.dp:
                             continue
-                        if not any(folds(t, c, d, e, et) for _, e, et in tes):
+                        if not always[t] and all((t * c * d) % k for k in sizes[t]):
                             continue
                         if self._zero_values(p > 1, d * c > 1):
                             rows.append(Layout(t, p, c, d, g, t > 1 and sp_pin))
@@ -234,7 +250,9 @@ class Space:
             (d, b, m)
             for d in {r.dp for r in rows}
             for b in bs
-            for m in self.batch.microbatches(d, b, q.num_microbatches)
+            for m in _microbatches(
+                self.batch.fixed_seqs, self.batch.cap_seqs, d * b, q.num_microbatches
+            )
         }
         dps = {d for d, _, _ in db}
         order = lambda r: (r.tp, r.pp, r.cp, r.dp, r.gpus, r.sp)  # noqa: E731  Layout's order
