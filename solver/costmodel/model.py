@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -38,7 +40,12 @@ COMPONENTS = (
     "bubble",
     "optimizer",
 )
+T = TypeVar("T")
 ONE_ROW_CACHE = 256  # single layouts whose start tables a CostModel keeps (evaluate, oracle)
+# Points whose fit and objective a CostModel keeps per rows: a plan scores its hint and its best
+# point several times (the search's incumbent and cap, the answer): each point 2.8 times on
+# average over the throughput sweep (benchmarks.suite.throughput_requests).
+SCORES_KEPT = 64
 
 
 @dataclass
@@ -83,6 +90,7 @@ class CostModel:
         self.fracs = Fractions()  # factor values, shared by every compiled sum
         self._one: OrderedDict[Layout, Rows] = OrderedDict()
         self._lock = threading.Lock()
+        self._scores: WeakKeyDictionary[Rows, OrderedDict] = WeakKeyDictionary()  # see _kept
         ideal = arch.model_flops_per_token(training.seq_len) / (hw.num_gpus * hw.peak_bf16)
         self.time_unit_s = ideal / TIME_RESOLUTION  # seconds per token of one objective unit
         scale = 1.0 / self.time_unit_s
@@ -149,9 +157,31 @@ class CostModel:
     def _at(self, p: Point, rows: Rows | None) -> Rows:
         return self.rows_of(p.lay) if rows is None else rows
 
+    def _kept(self, what: str, p: Point, rows: Rows, i: int, score: Callable[[], T]) -> T:
+        """score(), kept while the rows live (at most SCORES_KEPT points per rows, the least
+        recently used dropped first): the same point is scored once."""
+        key = (what, p, i)
+        with self._lock:
+            memo = self._scores.get(rows)
+            if memo is None:
+                memo = self._scores[rows] = OrderedDict()
+            got = memo.get(key)
+            if got is not None:
+                memo.move_to_end(key)
+                return got
+        got = score()
+        with self._lock:
+            memo[key] = got
+            while len(memo) > SCORES_KEPT:
+                memo.popitem(last=False)
+        return got
+
     # ---- integer form: what CP-SAT optimises and the oracle enumerates --------------------
     def objective_int(self, p: Point, rows: Rows | None = None, i: int = 0) -> int:
         rows = self._at(p, rows)
+        return self._kept("objective", p, rows, i, lambda: self._objective_int(p, rows, i))
+
+    def _objective_int(self, p: Point, rows: Rows, i: int) -> int:
         comm, credit = self.dp[p.z]
         dp = comm.value(p, rows, i) - credit.value(p, rows, i)
         return self.objective.value(p, rows, i) + max(0, dp)
@@ -181,7 +211,14 @@ class CostModel:
 
     def fits(self, p: Point, rows: Rows | None = None, i: int = 0) -> bool:
         rows = self._at(p, rows)
-        return all(self.stage_bytes(p, st, rows, i) <= self.budget for st in STAGES)
+        budget = self.budget
+        return self._kept(
+            "fits",
+            p,
+            rows,
+            i,
+            lambda: all(self.stage_bytes(p, st, rows, i) <= budget for st in STAGES),
+        )
 
     # ---- many points at once (exactly the methods above, point by point) -----------------
     def objective_ints(self, rows: Rows, at: Points) -> np.ndarray:
