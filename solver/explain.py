@@ -12,14 +12,14 @@ from collections.abc import Callable, Iterator
 
 from annotated_types import Le
 
-from meshplan.solver.costmodel import CostModel, Layout, Point
+from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.costmodel.model import MEMORY_UNIT
 from meshplan.solver.cpsat.tables import Stopped
 from meshplan.solver.hardware import GIB
 from meshplan.solver.results import Explanation
 from meshplan.solver.rules import framework_violations
 from meshplan.solver.schema import ClusterSpec, Framework
-from meshplan.solver.space import Space, fewer_gpu_counts
+from meshplan.solver.space import Space, fewer_gpu_counts, fit_order
 
 Check = Callable[[], None]
 _CHECK_EVERY = 512  # layouts between two looks at the stop event and the deadline
@@ -52,16 +52,12 @@ def frugal(sp: Space, check: Check = _never) -> tuple[Point, int] | None:
     return min(_needs(sp, check), key=lambda pn: pn[1], default=None)
 
 
-def _fit_order(lay: Layout) -> tuple[int, int]:
-    return -lay.tp * lay.cp, lay.pp
-
-
 def feasible_at(sp: Space, check: Check = _never) -> bool:
     """Whether some layout's least-memory point fits, _CHECK_EVERY layouts at a time, stopping
     at the first batch where one does; those that split activations most (the largest tp·cp,
     then the fewest stages) first: they fit most often (measured on the throughput sweep's
     searches: the first that fits is among the first 8 in this order, median the first)."""
-    lays = sorted(sp.all_layouts, key=_fit_order)
+    lays = sorted(sp.all_layouts, key=fit_order)
     for i in range(0, len(lays), _CHECK_EVERY):
         check()
         if sp.least_memory_fits(lays[i : i + _CHECK_EVERY]):
@@ -79,6 +75,11 @@ def known_infeasible(sp: Space, known: dict[int, bool]) -> bool:
     """Whether every count of the space is known not to fit (`known`: cache.fits_by_count):
     then no layout's least-memory point fits, and nothing does."""
     return all(known.get(g) is False for g in space_counts(sp))
+
+
+def known_feasible(sp: Space, known: dict[int, bool]) -> bool:
+    """Whether some count of the space is known to fit (`known`: cache.fits_by_count)."""
+    return any(known.get(g) for g in space_counts(sp))
 
 
 def _gib(x: float) -> str:

@@ -14,7 +14,7 @@ from meshplan.solver.blas import one_blas_thread
 from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.cpsat.search import search
 from meshplan.solver.cpsat.tables import Stopped, Tables
-from meshplan.solver.explain import explain, known_infeasible
+from meshplan.solver.explain import explain, known_feasible, known_infeasible
 from meshplan.solver.greedy import greedy
 from meshplan.solver.hardware import Hardware, resolve_cluster
 from meshplan.solver.profiles import check_request
@@ -134,6 +134,8 @@ def _plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRe
     known = cache.fits_by_count(cm, req.training, req.search)  # counts known to fit, or not
     if not (sp.layouts and sp.pv and sp.db and sp.te) or known_infeasible(sp, known):
         return infeasible("INFEASIBLE", 0.0)
+    if not known_feasible(sp, known) and not sp.some_layout_fits():
+        return infeasible("INFEASIBLE", 0.0)  # every row's bound is infinite: nothing to search
     tables = Tables(sp, check)
     try:
         bounds = tables.coarse()

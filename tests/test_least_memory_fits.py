@@ -4,10 +4,12 @@ least-memory point fits."""
 
 from __future__ import annotations
 
-from meshplan.solver.explain import _fit_order
+import numpy as np
+
+from meshplan.solver.cpsat.tables import Tables
 from meshplan.solver.planner import _resolve
 from meshplan.solver.schema import PlanRequest
-from meshplan.solver.space import Space
+from meshplan.solver.space import Space, fit_order
 
 CASES = [  # (model, GPUs, seq_len, search): tight, roomy and between, dense and MoE
     ("llama3-405b", 16, 8192, {}),
@@ -38,7 +40,7 @@ def test_least_memory_fits_is_any_need_within_the_budget() -> None:
     answers = []
     for case in CASES:
         sp = _space(*case)
-        lays = sorted(sp.all_layouts, key=_fit_order)
+        lays = sorted(sp.all_layouts, key=fit_order)
         for part in (lays, lays[:1], lays[:5], lays[len(lays) // 2 :], []):
             want = any(n <= sp.cm.budget for _, n in sp.least_memory_needs(part, kept=False))
             assert sp.least_memory_fits(part) == want, (case, len(part))
@@ -61,3 +63,20 @@ def test_least_memory_fits_reads_the_last_stage() -> None:
             assert sp.least_memory_fits(refused) is False, case
             seen += 1
     assert seen  # some case has such layouts
+
+
+def test_some_layout_fits_is_what_the_bounds_find() -> None:
+    """The planner's test before its bounds: some layout's least-memory point fits exactly when
+    one of the space's least-memory needs is within the budget, and when none does every row's
+    coarse bound is infinite (the search would find nothing)."""
+    answers = []
+    for case in CASES:
+        sp = _space(*case)
+        want = any(n <= sp.cm.budget for _, n in sp.least_memory_needs(sp.layouts, kept=False))
+        got = sp.some_layout_fits()
+        assert got == want, case
+        assert got == sp.some_layout_fits(first=0) == sp.some_layout_fits(first=10**6), case
+        if not got:
+            assert not np.isfinite(Tables(sp).coarse()).any(), case
+        answers.append(got)
+    assert True in answers and False in answers
