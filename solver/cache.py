@@ -3,7 +3,9 @@
 A `CostModel` depends only on the model, the GPU and the cluster's size and links, the
 framework and the training fields that change its terms (sequence length, precision, the
 recipe's switches, the overlaps and kernels; not the global batch, its cap or the run's
-tokens), the memory reserve and fragmentation, and the efficiency constants. The start tables
+tokens), the memory reserve and fragmentation, and the efficiency constants. Its terms, grouped
+into its sums (`costmodel.model.Grouped`), do not depend on the GPU count either (only its unit
+of time does): the cost models of one request at several counts share them (`grouped`). The start tables
 of its terms over a set of layout rows (`Rows`, whose memo holds them) depend on nothing else.
 So a sweep over batch sizes or pins, or a scheduler asking many variants of one job on one
 cluster, builds them once.
@@ -57,6 +59,7 @@ BATCH_FIELDS = ("global_batch_tokens", "critical_batch_tokens", "train_tokens")
 
 _lock = threading.Lock()
 _models: OrderedDict[tuple, CostModel] = OrderedDict()
+_grouped: OrderedDict[tuple, costmodel.Grouped] = OrderedDict()
 _rows: OrderedDict[tuple, Rows] = OrderedDict()
 _rows_held = 0
 _tables: OrderedDict[tuple, Memo] = OrderedDict()
@@ -108,16 +111,33 @@ def _built_once(store: OrderedDict, key: tuple, build: Callable[[], T], most: in
 
 
 def cost_model(A: Arch, H: Hardware, training: TrainingSpec, search: SearchSpec) -> CostModel:
-    """The request's cost model (with the constants every CostModel loads), built once."""
+    """The request's cost model (with the constants every CostModel loads), built once; its
+    terms, grouped, are shared with the request at other GPU counts (`grouped`)."""
     constants = costmodel.load_constants()
     key = model_key(A, H, training, search, constants)
 
     def build() -> CostModel:
-        cm = CostModel(A, H, training, search, constants)
+        g = grouped(A, H, training, search, constants)
+        cm = CostModel(A, H, training, search, constants, grouped=g)
         cm.cache_key = key
         return cm
 
     return _built_once(_models, key, build, MAX_MODELS)
+
+
+def grouped(
+    A: Arch, H: Hardware, training: TrainingSpec, search: SearchSpec, constants: Constants
+) -> costmodel.Grouped:
+    """The terms of the request grouped into the cost model's sums, built once for every GPU
+    count: over a context whose count is 0, as no term reads it (only the unit of time does,
+    which the CostModel sets)."""
+    free = replace(H, num_gpus=0)
+    key = model_key(A, free, training, search, constants)
+
+    def build() -> costmodel.Grouped:
+        return costmodel.Grouped.of(costmodel.context(A, free, training, search, constants))
+
+    return _built_once(_grouped, key, build, MAX_MODELS)
 
 
 def space(cm: CostModel, key: tuple, build: Callable[[], T]) -> T:
@@ -215,6 +235,7 @@ def clear() -> None:
     global _rows_held, _tables_bytes
     with _lock:
         _models.clear()
+        _grouped.clear()
         _rows.clear()
         _tables.clear()
         _spaces.clear()
@@ -224,11 +245,12 @@ def clear() -> None:
 
 
 def info() -> dict[str, int]:
-    """The caches' sizes: cost models, row sets, layout rows, spaces' tables and their bytes,
+    """The caches' sizes: cost models, their grouped terms, row sets, layout rows, spaces' tables and their bytes,
     spaces, grids, requests (less their GPU count) with counts known to fit or not, and those counts."""
     with _lock:
         return {
             "models": len(_models),
+            "grouped": len(_grouped),
             "row_sets": len(_rows),
             "rows": _rows_held,
             "tables": len(_tables),

@@ -58,9 +58,10 @@ def test_a_point_scored_again_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_at_most_scores_kept_points_per_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(model_mod, "SCORES_KEPT", 4)
     sp = _space()
+    cm = CostModel(sp.A, sp.H, sp.training, sp.search)  # no rows scored before
     rows = Rows.of(sp.layouts)
-    _scores(sp.cm, sp, rows, list(islice(sp.points(), 10)))
-    assert len(sp.cm._scores[rows]) == 4
+    _scores(cm, sp, rows, list(islice(sp.points(), 10)))
+    assert len(cm._scores) == 1 and len(cm._scores[rows]) == 4
     del rows
     gc.collect()
-    assert len(sp.cm._scores) == 0  # the rows gone, their scores with them
+    assert len(cm._scores) == 0  # the rows gone, their scores with them

@@ -17,7 +17,7 @@ from meshplan.solver.costmodel.context import Ctx, Recipe, recipe_for, reserve_d
 from meshplan.solver.costmodel.framework_timing import overlaps_for
 from meshplan.solver.costmodel.memory import TENANTS, memory_terms
 from meshplan.solver.costmodel.point import Layout, Point, Rows
-from meshplan.solver.costmodel.terms import Compiled, Fractions, Points
+from meshplan.solver.costmodel.terms import Compiled, Fractions, Group, Points
 from meshplan.solver.costmodel.timing import Rates, dp_terms, objective_terms
 from meshplan.solver.hardware import Hardware
 from meshplan.solver.results import MemoryBill, Performance, TimeBreakdown
@@ -54,60 +54,58 @@ class StageMemory:
     pairs: list[tuple[Compiled, Compiled]]  # only the smaller of each pair counts
 
 
-class CostModel:
-    """Memory and time of any point for one request (model, cluster, training, reserve).
+def context(
+    arch: Arch,
+    hw: Hardware,
+    training: TrainingSpec,
+    search: SearchSpec,
+    constants: Constants | None = None,
+    recipe: Recipe | None = None,
+) -> Ctx:
+    """What every term of a request reads (Ctx)."""
+    return Ctx(
+        arch,
+        hw,
+        training.seq_len,
+        training.precision,
+        constants or load_constants(),
+        reserve_default(search.memory_reserve_gib),
+        search.memory_fragmentation,
+        recipe or recipe_for(training.framework, training.precision, training.grad_reduce_in_bf16),
+        framework=training.framework,
+        overlaps=overlaps_for(training),
+        fused_attention=training.fused_attention,
+    )
 
-    Every score reads the terms' start tables over `Rows` (point.py): a space's rows, all at
-    once, or one layout's own one-row table (kept in a small LRU). Methods of a single point
-    take the rows its layout is row i of (default: its own one-row table)."""
 
-    def __init__(
-        self,
-        arch: Arch,
-        hw: Hardware,
-        training: TrainingSpec,
-        search: SearchSpec,
-        constants: Constants | None = None,
-        recipe: Recipe | None = None,
-    ) -> None:
-        self.arch, self.hw, self.training = arch, hw, training
-        self.cache_key: tuple | None = None  # set by solver/cache.py when it keeps this model
-        self.ctx = Ctx(
-            arch,
-            hw,
-            training.seq_len,
-            training.precision,
-            constants or load_constants(),
-            reserve_default(search.memory_reserve_gib),
-            search.memory_fragmentation,
-            recipe
-            or recipe_for(training.framework, training.precision, training.grad_reduce_in_bf16),
-            framework=training.framework,
-            overlaps=overlaps_for(training),
-            fused_attention=training.fused_attention,
-        )
-        self.rates = Rates(self.ctx)
-        self.fracs = Fractions()  # factor values, shared by every compiled sum
-        self._one: OrderedDict[Layout, Rows] = OrderedDict()
-        self._lock = threading.Lock()
-        self._scores: WeakKeyDictionary[Rows, OrderedDict] = WeakKeyDictionary()  # see _kept
-        ideal = arch.model_flops_per_token(training.seq_len) / (hw.num_gpus * hw.peak_bf16)
-        self.time_unit_s = ideal / TIME_RESOLUTION  # seconds per token of one objective unit
-        scale = 1.0 / self.time_unit_s
-        fr = self.fracs
-        self.objective = Compiled.of(objective_terms(self.ctx, self.rates), scale, True, True, fr)
-        self.dp: dict[int, tuple[Compiled, Compiled]] = {}
+@dataclass(frozen=True)
+class Grouped:
+    """A cost model's terms grouped into its sums: everything of it but the GPU count, which only
+    sets the unit of time (`CostModel.time_unit_s`), so cost models of one request at several
+    counts share them (`cache.cost_model`)."""
+
+    ctx: Ctx
+    rates: Rates
+    fracs: Fractions  # factor values, shared by every compiled sum
+    objective: list[Group]
+    dp: dict[int, tuple[list[Group], list[Group]]]  # per ZeRO stage: traffic, credit
+    memory: dict[str, StageMemory]
+
+    @staticmethod
+    def of(ctx: Ctx) -> Grouped:
+        rates, fr = Rates(ctx), Fractions()
+        dp = {}
         for z in range(4):
-            comm, credit = dp_terms(self.ctx, self.rates, z)
-            self.dp[z] = (
-                Compiled.of(comm, scale, True, True, fr),
-                Compiled.of(credit, scale, False, True, fr),
+            comm, credit = dp_terms(ctx, rates, z)
+            dp[z] = (
+                Compiled.of(comm, 1.0, True, True, fr).groups,
+                Compiled.of(credit, 1.0, False, True, fr).groups,
             )
-        self.memory: dict[str, StageMemory] = {}
+        memory: dict[str, StageMemory] = {}
+        unit = 1.0 / MEMORY_UNIT
         for st in STAGES:
-            terms, pairs = memory_terms(self.ctx, st)
-            unit = 1.0 / MEMORY_UNIT
-            self.memory[st] = StageMemory(
+            terms, pairs = memory_terms(ctx, st)
+            memory[st] = StageMemory(
                 Compiled.of(terms, unit, True, False, fr),
                 [
                     (
@@ -117,6 +115,46 @@ class CostModel:
                     for a, b in pairs
                 ],
             )
+        objective = Compiled.of(objective_terms(ctx, rates), 1.0, True, True, fr).groups
+        return Grouped(ctx, rates, fr, objective, dp, memory)
+
+
+class CostModel:
+    """Memory and time of any point for one request (model, cluster, training, reserve).
+
+    Every score reads the terms' start tables over `Rows` (point.py): a space's rows, all at
+    once, or one layout's own one-row table (kept in a small LRU). Methods of a single point
+    take the rows its layout is row i of (default: its own one-row table). `grouped`: the terms
+    of this request at another GPU count (whose context is this one's but for the count),
+    grouped already; by default they are grouped here."""
+
+    def __init__(
+        self,
+        arch: Arch,
+        hw: Hardware,
+        training: TrainingSpec,
+        search: SearchSpec,
+        constants: Constants | None = None,
+        recipe: Recipe | None = None,
+        grouped: Grouped | None = None,
+    ) -> None:
+        self.arch, self.hw, self.training = arch, hw, training
+        self.cache_key: tuple | None = None  # set by solver/cache.py when it keeps this model
+        self.ctx = context(arch, hw, training, search, constants, recipe)
+        g = grouped or Grouped.of(self.ctx)
+        self.rates, self.fracs = g.rates, g.fracs
+        self._one: OrderedDict[Layout, Rows] = OrderedDict()
+        self._lock = threading.Lock()
+        self._scores: WeakKeyDictionary[Rows, OrderedDict] = WeakKeyDictionary()  # see _kept
+        ideal = arch.model_flops_per_token(training.seq_len) / (hw.num_gpus * hw.peak_bf16)
+        self.time_unit_s = ideal / TIME_RESOLUTION  # seconds per token of one objective unit
+        scale = 1.0 / self.time_unit_s
+        self.objective = Compiled(scale, True, g.objective, g.fracs)
+        self.dp: dict[int, tuple[Compiled, Compiled]] = {
+            z: (Compiled(scale, True, comm, g.fracs), Compiled(scale, False, credit, g.fracs))
+            for z, (comm, credit) in g.dp.items()
+        }
+        self.memory: dict[str, StageMemory] = g.memory
 
     def compiled(self) -> list[Compiled]:
         """Every compiled sum of the model (objective, dp traffic and credit, memory)."""
