@@ -38,18 +38,22 @@ def test_the_greedy_point_does_not_depend_on_the_chunks(
 ) -> None:
     tb = _tables(*SPECS[spec])
     fitting = np.flatnonzero(np.isfinite(tb.coarse()))
-    got: dict[int, tuple] = {}
-    calls: dict[int, int] = {}
+    got: dict[tuple[int, int], tuple] = {}
+    calls: dict[tuple[int, int], int] = {}
     real = tb.sp.cm.fits_many
     for chunk in (1, 3, 16, 10**6):
-        monkeypatch.setattr(greedy_mod, "FIRST_CHUNK", chunk)
-        n = [0]
-        monkeypatch.setattr(
-            tb.sp.cm, "fits_many", lambda *a, n=n: n.__setitem__(0, n[0] + 1) or real(*a)
-        )
-        got[chunk] = (greedy_mod.greedy(tb), greedy_mod.greedy(tb, fitting))
-        calls[chunk] = n[0]
-    assert got[1][0] is not None and got[1][1] is not None
-    assert all(g == got[1] for g in got.values())
+        for one in (0, 3, 10**6):  # candidates scored one by one before the rest at once
+            monkeypatch.setattr(greedy_mod, "FIRST_CHUNK", chunk)
+            monkeypatch.setattr(greedy_mod, "ONE_BY_ONE", one)
+            n = [0]
+            monkeypatch.setattr(
+                tb.sp.cm, "fits_many", lambda *a, n=n: n.__setitem__(0, n[0] + 1) or real(*a)
+            )
+            got[chunk, one] = (greedy_mod.greedy(tb), greedy_mod.greedy(tb, fitting))
+            calls[chunk, one] = n[0]
+    base = got[1, 0]
+    assert base[0] is not None and base[1] is not None
+    assert all(g == base for g in got.values())
+    assert calls[10**6, 10**6] == 0  # every candidate scored one by one
     if spec == "tight-dense":  # all rows: the recipe's first rows fit nowhere, chunks run on
-        assert calls[1] > calls[10**6] == 2  # once per greedy call
+        assert calls[1, 0] > calls[10**6, 0] == 2  # once per greedy call
