@@ -383,12 +383,18 @@ class Space:
         need = np.max(np.array([self.cm.stage_units(rows, at, st) for st in STAGES]), axis=0)
         return list(zip(pts, (int(x) for x in need.tolist()), strict=True))
 
-    def least_memory_fits(self, layouts: Sequence[Layout]) -> bool:
+    def least_memory_fits(self, layouts: Sequence[Layout], first: int = 0) -> bool:
         """Whether some layout's least-memory point fits (some need of `least_memory_needs(
-        layouts, kept=False)` within the budget), a stage at a time: when the first stage
-        overflows every point, the last is not computed."""
+        layouts, kept=False)` within the budget): the first `first` layouts one by one, then
+        the rest at once, a stage at a time (when the first stage overflows every point, the
+        last is not computed)."""
         lays = list(layouts)
-        return self._fits_any(Rows.of(lays), lays, range(len(lays)))
+        rows = Rows.of(lays)
+        for i in range(min(first, len(lays))):  # a point at a time: fewer array operations
+            p = self.least_memory_point(lays[i])
+            if p is not None and self.cm.fits(p, rows, i):
+                return True
+        return first < len(lays) and self._fits_any(rows, lays, range(first, len(lays)))
 
     def some_layout_fits(self, first: int = FIT_FIRST) -> bool:
         """Whether some layout of `layouts` has a least-memory point that fits, over the space's

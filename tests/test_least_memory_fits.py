@@ -43,7 +43,8 @@ def test_least_memory_fits_is_any_need_within_the_budget() -> None:
         lays = sorted(sp.all_layouts, key=fit_order)
         for part in (lays, lays[:1], lays[:5], lays[len(lays) // 2 :], []):
             want = any(n <= sp.cm.budget for _, n in sp.least_memory_needs(part, kept=False))
-            assert sp.least_memory_fits(part) == want, (case, len(part))
+            for first in (0, 1, 2, 10**6):  # one by one before the rest at once
+                assert sp.least_memory_fits(part, first) == want, (case, len(part), first)
             answers.append(want)
     assert True in answers and False in answers  # both answers were put to the test
 
@@ -60,7 +61,7 @@ def test_least_memory_fits_reads_the_last_stage() -> None:
             if sp.cm.stage_bytes(p, "first") <= sp.cm.budget < need
         ]
         if refused:
-            assert sp.least_memory_fits(refused) is False, case
+            assert sp.least_memory_fits(refused) is sp.least_memory_fits(refused, 3) is False
             seen += 1
     assert seen  # some case has such layouts
 
