@@ -93,6 +93,7 @@ class Grouped:
 
     @staticmethod
     def of(ctx: Ctx) -> Grouped:
+        """The terms of `ctx` grouped (each sum's unit of time, 1 here, is the CostModel's)."""
         rates, fr = Rates(ctx), Fractions()
         dp = {}
         for z in range(4):
