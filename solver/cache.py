@@ -5,13 +5,13 @@ framework and the training fields that change its terms (sequence length, precis
 recipe's switches, the overlaps and kernels; not the global batch, its cap or the run's
 tokens), the memory reserve and fragmentation, and the efficiency constants. Its terms, grouped
 into its sums (`costmodel.model.Grouped`), do not depend on the GPU count either (only its unit
-of time does): the cost models of one request at several counts share them (`grouped`). The start tables
-of its terms over a set of layout rows (`Rows`, whose memo holds them) depend on nothing else.
-So a sweep over batch sizes or pins, or a scheduler asking many variants of one job on one
-cluster, builds them once.
+of time does): the cost models of one request at several counts share them (`grouped`). The
+start tables of its terms over a set of layout rows (`Rows`, whose memo holds them) depend on
+nothing else. So a sweep over batch sizes or pins, or a scheduler asking many variants of one
+job on one cluster, builds them once.
 
-Bounds: `MAX_MODELS` cost models (each small: its terms, and the one-row tables of at most
-`costmodel.model.ONE_ROW_CACHE` single layouts), and start tables over at most `MAX_ROWS`
+Bounds: `MAX_MODELS` cost models (each small: the one-row tables of at most
+`costmodel.model.ONE_ROW_CACHE` single layouts) and as many groupings of terms, and start tables over at most `MAX_ROWS`
 layout rows in all (each row holds a few hundred floats: about 2 MiB per 1,000 rows, so at
 most ~130 MiB). The least recently used go first.
 
@@ -22,11 +22,11 @@ time limit, workers, gap and alternatives) computes none of them again: `tables_
 `MAX_TABLE_BYTES` in all; the space itself (its layouts and domains) and the greedy recipe's
 point over it are kept too (`space`, at most `MAX_SPACES`). The layouts and axis values a space
 starts from (`space.Grid`) depend only on the model, the framework, sequence length, precision,
-pins, the GPUs per node and count and the batch, not on the GPU type's speeds or memory nor on the
-cost model: spaces that share those share them (`grid`, at most `MAX_GRIDS`). Whether a request fits on k GPUs
-(what the explanation's search for the smallest cluster asks, count after count) depends on the
-request less its GPU count, so requests for one job at several counts share the answers
-(`fits_by_count`, at most `MAX_FIT_KEYS` such requests). `clear()` empties every cache; `info()`
+pins, the GPUs per node and count and the batch, not on the GPU type's speeds or memory nor on
+the cost model: spaces that share those share them (`grid`, at most `MAX_GRIDS`). Whether a
+request fits on k GPUs (what the explanation's search for the smallest cluster asks, count after
+count) depends on the request less its GPU count, so requests for one job at several counts
+share the answers (`fits_by_count`, at most `MAX_FIT_KEYS` such requests). `clear()` empties every cache; `info()`
 reports their sizes. The caches are per process and thread-safe.
 """
 
@@ -245,8 +245,9 @@ def clear() -> None:
 
 
 def info() -> dict[str, int]:
-    """The caches' sizes: cost models, their grouped terms, row sets, layout rows, spaces' tables and their bytes,
-    spaces, grids, requests (less their GPU count) with counts known to fit or not, and those counts."""
+    """The caches' sizes: cost models, their grouped terms, row sets, layout rows, spaces'
+    tables and their bytes, spaces, grids, requests (less their GPU count) with counts known to
+    fit or not, and those counts."""
     with _lock:
         return {
             "models": len(_models),
