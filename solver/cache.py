@@ -11,9 +11,9 @@ nothing else. So a sweep over batch sizes or pins, or a scheduler asking many va
 job on one cluster, builds them once.
 
 Bounds: `MAX_MODELS` cost models (each small: the one-row tables of at most
-`costmodel.model.ONE_ROW_CACHE` single layouts) and as many groupings of terms, and start tables over at most `MAX_ROWS`
-layout rows in all (each row holds a few hundred floats: about 2 MiB per 1,000 rows, so at
-most ~130 MiB). The least recently used go first.
+`costmodel.model.ONE_ROW_CACHE` single layouts) and as many groupings of terms, and start
+tables over at most `MAX_ROWS` layout rows in all (each row holds a few hundred floats: about
+2 MiB per 1,000 rows, so at most ~130 MiB). The least recently used go first.
 
 The tables and bounds of one search space (`cpsat.tables.Tables`: which axis values agree with
 which rows, the factors, the coarse, shape and fine bounds) depend on the rows and the space's
@@ -26,8 +26,8 @@ pins, the GPUs per node and count and the batch, not on the GPU type's speeds or
 the cost model: spaces that share those share them (`grid`, at most `MAX_GRIDS`). Whether a
 request fits on k GPUs (what the explanation's search for the smallest cluster asks, count after
 count) depends on the request less its GPU count, so requests for one job at several counts
-share the answers (`fits_by_count`, at most `MAX_FIT_KEYS` such requests). `clear()` empties every cache; `info()`
-reports their sizes. The caches are per process and thread-safe.
+share the answers (`fits_by_count`, at most `MAX_FIT_KEYS` such requests). `clear()` empties
+every cache; `info()` reports their sizes. The caches are per process and thread-safe.
 """
 
 from __future__ import annotations
