@@ -44,7 +44,7 @@ def divisors(n: int) -> list[int]:
 
 @lru_cache(maxsize=4096)
 def _divisors(n: int) -> tuple[int, ...]:
-    """divisors(n), kept: a space's generation asks for the same few counts' many times."""
+    """divisors(n), kept: a space's generation asks for the same few numbers many times."""
     return tuple(divisors(n))
 
 
@@ -413,12 +413,7 @@ class Space:
     def _fits_any(self, rows: Rows, lays: Sequence[Layout], at: Iterable[int]) -> bool:
         """Whether the least-memory point of some layout lays[i], i in `at`, fits; `rows`: the
         rows of `lays`."""
-        pts, pos = [], []
-        for i in at:
-            p = self.least_memory_point(lays[i])
-            if p is not None:
-                pts.append(p)
-                pos.append(i)
+        pts, pos = self._least_points(lays, at)
         if not pts:
             return False
         points = Points.of(pts, pos)
@@ -429,11 +424,14 @@ class Space:
             points = points.take(ok)
         return True
 
-    def _least_points(self, lays: list[Layout]) -> tuple[list[Point], list[int]]:
-        """The layouts' least-memory points, and the position of each one's layout."""
+    def _least_points(
+        self, lays: Sequence[Layout], at: Iterable[int] | None = None
+    ) -> tuple[list[Point], list[int]]:
+        """The least-memory points of lays[i], i in `at` (default: all), and each one's i
+        (layouts with none are left out)."""
         pts, pos = [], []
-        for i, lay in enumerate(lays):
-            p = self.least_memory_point(lay)
+        for i in range(len(lays)) if at is None else at:
+            p = self.least_memory_point(lays[i])
             if p is not None:
                 pts.append(p)
                 pos.append(i)
