@@ -20,6 +20,7 @@ import numpy as np
 
 from meshplan.solver.costmodel import Point
 from meshplan.solver.cpsat.build import build
+from meshplan.solver.cpsat.exact import exact_round, held
 from meshplan.solver.cpsat.solve import Solved, solve
 from meshplan.solver.cpsat.tables import Stopped, Tables
 from meshplan.solver.space import Space
@@ -208,26 +209,16 @@ def _solve_one(
             tables.cap = min(tables.cap, cap)
         if best is not None and (hint is None or not _fits(tables, hint)):
             hint = best[1]
+    res = None
+    if not out.points and cap is not None:  # the first round: proven exactly if few points
+        if hint is None or not held(tables, rows.model, cap, hint):
+            hint = tables.guess(rows.model[0])  # the hint CP-SAT would get
+        res = exact_round(tables, rows.model, hint, cap)
     while True:
-        if prev is not None and (time.perf_counter() >= deadline or (stop and stop.is_set())):
-            raise Stopped(_best_so_far(sp, prev, rows))
-        try:
-            b = build(tables, rows.model, tuple(out.points), cap)
-        except Stopped:  # stopped while bounding the model's rows: an earlier optimum stands
-            if prev is not None:
-                raise Stopped(_best_so_far(sp, prev, rows)) from None
-            raise
-        if hint is None or not b.axes.holds(hint):
-            hint = tables.guess(rows.model[0])  # where the best bound is reached
-        if hint is not None:
-            b.axes.hint(hint)
-        left = deadline - time.perf_counter()
-        res = solve(b, max(left, 1e-3), workers, gap, stop)
-        out.rounds += 1
-        out.solve_time_s += res.solve_time_s
-        nv, nc = len(b.model.proto.variables), len(b.model.proto.constraints)
-        if len(rows.model) >= out.num_rows:
-            out.num_variables, out.num_constraints, out.num_rows = nv, nc, len(rows.model)
+        if res is None:
+            res, hint = _cpsat_round(
+                tables, rows, hint, cap, deadline, workers, gap, stop, out, prev
+            )
         if res.status == "INFEASIBLE":
             if rows.any_left() and (cap is None or rows.next_bound() <= cap):
                 rows.add_best(len(rows.model))
@@ -251,6 +242,43 @@ def _solve_one(
                 return res
         except Stopped:
             raise Stopped(_best_so_far(sp, prev, rows)) from None
+        res = None
+
+
+def _cpsat_round(
+    tables: Tables,
+    rows: _Rows,
+    hint: Point | None,
+    cap: float | None,
+    deadline: float,
+    workers: int,
+    gap: float,
+    stop: threading.Event | None,
+    out: Found,
+    prev: Point | None,
+) -> tuple[Solved, Point | None]:
+    """Build the model over the rows in it, hint it and solve it (a round, counted in `out`);
+    the hint it had."""
+    if prev is not None and (time.perf_counter() >= deadline or (stop and stop.is_set())):
+        raise Stopped(_best_so_far(tables.sp, prev, rows))
+    try:
+        b = build(tables, rows.model, tuple(out.points), cap)
+    except Stopped:  # stopped while bounding the model's rows: an earlier optimum stands
+        if prev is not None:
+            raise Stopped(_best_so_far(tables.sp, prev, rows)) from None
+        raise
+    if hint is None or not b.axes.holds(hint):
+        hint = tables.guess(rows.model[0])  # where the best bound is reached
+    if hint is not None:
+        b.axes.hint(hint)
+    left = deadline - time.perf_counter()
+    res = solve(b, max(left, 1e-3), workers, gap, stop)
+    out.rounds += 1
+    out.solve_time_s += res.solve_time_s
+    nv, nc = len(b.model.proto.variables), len(b.model.proto.constraints)
+    if len(rows.model) >= out.num_rows:
+        out.num_variables, out.num_constraints, out.num_rows = nv, nc, len(rows.model)
+    return res, hint
 
 
 def _fits(tables: Tables, p: Point) -> bool:
