@@ -209,12 +209,13 @@ def _solve_one(
             tables.cap = min(tables.cap, cap)
         if best is not None and (hint is None or not _fits(tables, hint)):
             hint = best[1]
-    res = None
+    first = None
     if not out.points and cap is not None:  # the first round: proven exactly if few points
         if hint is None or not held(tables, rows.model, cap, hint):
             hint = tables.guess(rows.model[0])  # the hint CP-SAT would get
-        res = exact_round(tables, rows.model, hint, cap)
+        first = exact_round(tables, rows.model, hint, cap)
     while True:
+        res, first = first, None
         if res is None:
             res, hint = _cpsat_round(
                 tables, rows, hint, cap, deadline, workers, gap, stop, out, prev
@@ -242,7 +243,6 @@ def _solve_one(
                 return res
         except Stopped:
             raise Stopped(_best_so_far(sp, prev, rows)) from None
-        res = None
 
 
 def _cpsat_round(
