@@ -47,11 +47,8 @@ def exact_round(tables: Tables, rows: list[int], hint: Point | None, cap: float)
     if hint is None or not held(tables, rows, cap, hint):
         return None
     sp, cm, R = tables.sp, tables.sp.cm, tables.rows
-    i = tables.index[hint.lay]
-    if not cm.fits(hint, R, i):
-        return None
-    best = cm.objective_int(hint, R, i)
-    if best > cap:
+    best = tables.score(hint)
+    if best is None or best > cap:
         return None
     todo: list[tuple[Point, int]] = []
     for row in rows:

@@ -134,8 +134,9 @@ def search(
     """The best point and up to `top_k` distinct alternatives, by row generation."""
     sp = tables.sp
     rows = _Rows(tables)
-    if hint is not None and _fits(tables, hint):  # cells above a known point need no bounds
-        tables.cap = min(tables.cap, sp.cm.objective_int(hint, tables.rows, tables.index[hint.lay]))
+    known = None if hint is None else tables.score(hint)
+    if known is not None:  # cells above a known point need no bounds
+        tables.cap = min(tables.cap, known)
     try:
         rows.add_best(FIRST_ROWS)
     except Stopped:  # out of time (or stopped) before the first model
@@ -170,13 +171,9 @@ def _incumbent(tables: Tables, hint: Point | None, rows: _Rows) -> tuple[int, Po
     cands = [hint, tables.best, tables.guess(rows.model[0])] if rows.model else [hint]
     best = None
     for p in cands:
-        if p is None or p.lay not in tables.index:
-            continue
-        i = tables.index[p.lay]
-        if tables.sp.cm.fits(p, tables.rows, i):
-            obj = tables.sp.cm.objective_int(p, tables.rows, i)
-            if best is None or obj < best[0]:
-                best = (obj, p)
+        obj = None if p is None else tables.score(p)
+        if obj is not None and (best is None or obj < best[0]):
+            best = (obj, p)
     return best
 
 
@@ -282,8 +279,7 @@ def _cpsat_round(
 
 
 def _fits(tables: Tables, p: Point) -> bool:
-    i = tables.index.get(p.lay)
-    return i is not None and tables.sp.cm.fits(p, tables.rows, i)
+    return tables.score(p) is not None
 
 
 def _best_so_far(sp: Space, prev: Point, rows: _Rows) -> Solved:
