@@ -253,12 +253,18 @@ class Tables:
     def improve_cap(self, rows: list[int]) -> None:
         """Score the guesses of these rows exactly (many at once; each once across requests)
         and lower the cap to the best that fits: the best point known so far (`self.best`)."""
-        found = [
-            (r, self._fine[r]) for r in rows if r in self._fine and self._fine[r].at is not None
+        found = [  # a guess costs at least its row's bound: only those below the cap can lower it
+            (r, f)
+            for r in rows
+            if (f := self._fine.get(r)) is not None and f.at is not None and f.bound < self.cap
         ]
         scores = self.memo["scores"]  # (row, cap of its fine bounds): objective, inf if no fit
         new = [(r, f) for r, f in found if (r, f.upto) not in scores]
-        if new:
+        if len(new) == 1:  # one point: the cost model's point path (the same integers, cheaper)
+            ((r, f),) = new
+            got = self.score(self._point(r, f))
+            scores[(r, f.upto)] = np.inf if got is None else float(got)
+        elif new:
             at = [(f.db[f.at[0]], f.te[f.at[0]], f.pv[f.at], f.at[1], f.at[2]) for _, f in new]
             pts = Points(
                 np.array([r for r, _ in new], dtype=np.int64),
@@ -292,8 +298,10 @@ class Tables:
     def guess(self, row: int) -> Point | None:
         """A point of the row where its fine bound is reached: a hint."""
         f = self.fine(row)
-        if f.at is None:
-            return None
+        return None if f.at is None else self._point(row, f)
+
+    def _point(self, row: int, f: Fine) -> Point:
+        """The point where the row's fine bounds `f` reach their bound (f.at is set)."""
         c, ri, zi = f.at
         (_, b, m), (_, e, et) = self.sp.db[f.db[c]], self.sp.te[f.te[c]]
         v = self.sp.pv[f.pv[c, ri, zi]][1]
