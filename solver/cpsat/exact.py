@@ -17,7 +17,7 @@ from meshplan.solver.costmodel import Point
 from meshplan.solver.cpsat.solve import Solved
 from meshplan.solver.cpsat.tables import Tables
 
-MAX_POINTS = 64  # points scored at most (~0.1 ms each); past this CP-SAT is cheaper
+MAX_POINTS = 32  # points scored at most (~0.1 ms each): past this, a CP-SAT round
 
 
 def held(tables: Tables, rows: list[int], cap: float, p: Point) -> bool:
