@@ -92,8 +92,16 @@ class BatchFactor:
             got = self._memo[db] = Fraction(num, den)
         return got
 
+    _domains: dict[int, tuple[Sequence, np.ndarray]] = {}  # id -> (values, int64 (n, 3))
+
     def arrays(self, values: Sequence[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
-        v = np.array(values, dtype=np.int64).reshape(-1, 3)
+        got = BatchFactor._domains.get(id(values))
+        if got is None or got[0] is not values:  # each domain converted once, not per factor
+            if len(BatchFactor._domains) >= 64:  # the last few domains (a space's): kept small
+                BatchFactor._domains.clear()
+            got = (values, np.array(values, dtype=np.int64).reshape(-1, 3))
+            BatchFactor._domains[id(values)] = got  # the values kept: their id stays unique
+        v = got[1]
         num = np.ones(len(v), dtype=np.int64)
         den = np.ones(len(v), dtype=np.int64)
         for x, e in ((v[:, 1], self.b), (v[:, 2], self.m)):

@@ -47,6 +47,7 @@ class Tables(Protocol):
     z_ok: np.ndarray
 
     def sums(self) -> Sums: ...
+    def int_domain(self, axis: str) -> np.ndarray: ...
     def factor_matrix(self, axis: str, kind: str) -> np.ndarray: ...
     def shapes_within(self, row: int, cap: float) -> tuple[np.ndarray, float]: ...
     def te_within(self, row: int, cap: float) -> tuple[np.ndarray, float]: ...
@@ -294,8 +295,8 @@ class _Batch:
         """(rows, P, D): the pipeline schedule runs the micro-batch count (Megatron's
         interleaving needs a multiple of pp; Space.pipeline_fits_batch)."""
         sp = self.tb.sp
-        pv = np.array(sp.pv, dtype=np.int64).reshape(-1, 2)[self.pos["pv"]]  # (n, P, 2)
-        m = np.array(sp.db, dtype=np.int64).reshape(-1, 3)[self.pos["db"], 2]  # (n, D)
+        pv = self.tb.int_domain("pv")[self.pos["pv"]]  # (n, P, 2)
+        m = self.tb.int_domain("db")[self.pos["db"], 2]  # (n, D)
         ok = self.mask["pv"][:, :, None] & self.mask["db"][:, None, :]
         if not sp.profile.interleave_whole_rounds:
             return ok

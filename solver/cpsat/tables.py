@@ -95,6 +95,16 @@ class Tables:
         memo.update(fracs={}, ffracs={}, fmat={}, by_db={}, fine={}, scores={})
         memo["pos"] = self.pos  # last: the memo is complete once it holds "pos"
 
+    def int_domain(self, axis: str) -> np.ndarray:
+        """The axis' values (tuples of ints: pv, db, te) as an int64 array, one row each (kept
+        with the tables)."""
+        got = self.memo.get(("dom", axis))
+        if got is None:
+            width = {"pv": 2, "db": 3, "te": 3}[axis]
+            got = np.array(self.domain[axis], dtype=np.int64).reshape(-1, width)
+            self.memo[("dom", axis)] = got
+        return got
+
     def _agree(self, axis: str, rows: list[Layout]) -> list[np.ndarray]:
         """Per row (one of each class): positions of the axis values that agree with it
         (Space.compatible)."""
@@ -104,7 +114,7 @@ class Tables:
             return [np.array([pos[z] for z in sp.zero_values(r)], dtype=np.int64) for r in rows]
         if not self.domain[axis]:
             return [np.zeros(0, dtype=np.int64) for _ in rows]
-        dom = np.array(self.domain[axis], dtype=np.int64)
+        dom = self.int_domain(axis)
         if axis == "pv":
             return [np.flatnonzero(dom[:, 0] == r.pp) for r in rows]
         if axis == "db":
