@@ -94,7 +94,9 @@ def test_scaling_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert [p["num_gpus"] for p in rep["by_gpus"]] == suite.SCALING_QUICK_COUNTS
     assert [p["label"] for p in rep["by_space"]] == [label for label, _ in suite.SCALING_SPACE]
     for p in rep["by_gpus"] + rep["by_space"]:
-        assert p["seconds"] > 0 and p["num_variables"] > 0 and p["num_layouts"] >= 1, p
+        assert p["seconds"] > 0 and p["num_layouts"] >= 1, p
+        # no CP-SAT model (0 variables) only where the bounds and exact scores proved the plan
+        assert p["num_variables"] > 0 or p["status"] == "OPTIMAL", p
         assert p["status"] in ("OPTIMAL", "FEASIBLE"), p
     points = [p["points"] for p in rep["by_space"]]
     assert points[0] == 1  # every axis pinned: one configuration
