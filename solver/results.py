@@ -118,8 +118,13 @@ class SolverInfo(_Strict):
     gap: float = Field(description="Relative gap between objective and bound (fraction).")
     wall_time_s: float = Field(description="Wall time of the whole plan call (s).")
     solve_time_s: float = Field(description="Wall time inside CP-SAT (s).")
-    num_variables: int = Field(description="Variables in the CP-SAT model (count).")
-    num_constraints: int = Field(description="Constraints in the CP-SAT model (count).")
+    num_variables: int = Field(
+        description="Variables in the largest CP-SAT model solved (count; 0 when the bounds and "
+        "an exact scoring of the few points they leave proved the plan without a model)."
+    )
+    num_constraints: int = Field(
+        description="Constraints in the largest CP-SAT model solved (count; 0 without a model)."
+    )
     num_layouts: int = Field(description="Layout rows (tp, pp, cp, dp, gpus) in the model (count).")
     used_fallback: bool = Field(description="True if the greedy plan was returned unproven.")
 

@@ -80,3 +80,20 @@ def test_a_point_below_the_hint_leaves_the_proof_to_cpsat() -> None:
     assert exact_round(tb, [row], other, float(worse)) is None
     got = exact_round(tb, [row], opt, float(best))
     assert got is not None and got.point == opt and got.objective == got.bound == best
+
+
+def test_the_cli_says_how_a_plan_was_proven() -> None:
+    """A plan proven without a CP-SAT model says so, not "0 vars"; one with a model gives its
+    size."""
+    from meshplan.tools.render import render_plan
+
+    req = PlanRequest.model_validate({"model": {"preset": "llama3-8b"}, "cluster": {"num_gpus": 8}})
+    res = plan(req)
+    text = render_plan(req, res)
+    assert res.solver is not None
+    if res.solver.num_variables:
+        assert f"{res.solver.num_variables} vars" in text
+    else:
+        assert "no CP-SAT model: the bounds and exact scores proved it" in text
+    forced = res.model_copy(update={"solver": res.solver.model_copy(update={"num_variables": 123})})
+    assert "123 vars" in render_plan(req, forced)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from meshplan.solver.results import Evaluation, MemoryBill, Performance, PlanResult
+from meshplan.solver.results import Evaluation, MemoryBill, Performance, PlanResult, SolverInfo
 from meshplan.solver.schema import EvaluateRequest, ParallelConfig, PlanRequest
 
 GIB = 1 << 30
@@ -73,7 +73,7 @@ def render_plan(req: PlanRequest, r: PlanResult, label: str | None = None) -> st
         lines.append(
             f"solver: {s.status} objective={s.objective:.0f} bound={s.bound:.0f} "
             f"gap={s.gap:.2%} in {s.wall_time_s * 1e3:.0f} ms "
-            f"({s.num_layouts} layouts, {s.num_variables} vars)"
+            f"({s.num_layouts} layouts, {_proof(s)})"
         )
     for i, a in enumerate(r.alternatives, 1):
         c = a.config
@@ -114,3 +114,10 @@ def render_evaluation(req: EvaluateRequest, r: Evaluation, label: str | None = N
     lines += [f"warning: {w}" for w in r.warnings]
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)
+
+
+def _proof(s: SolverInfo) -> str:
+    """How the answer was proven: the CP-SAT model's size, or the bounds alone."""
+    if s.num_variables:
+        return f"{s.num_variables} vars"
+    return "no CP-SAT model: the bounds and exact scores proved it"
