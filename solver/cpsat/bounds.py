@@ -70,22 +70,31 @@ class Sums(NamedTuple):
 
 
 def stack_sums(tb: Tables, comps: list[tuple[Compiled, bool]], starts) -> Sums:  # noqa: ANN001
-    """`Sums` of these compiled sums; `starts(comp, group, keyval)` gives a start table."""
+    """`Sums` of these compiled sums; `starts([(comp, group, keyval), ...])` gives their start
+    tables (all asked at once, so the missing ones are computed together)."""
     sp = tb.sp
-    groups: dict[str | None, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    asks: list[tuple[Compiled, object, object]] = []
+    layout: list[tuple[str | None, int, list, list]] = []  # per selector: groups, idx, owners
     for sel in (None, "r", "z"):
         vals = [None] if sel is None else (sp.rs if sel == "r" else sp.zs)
-        rows, idx, owner = [], [], []
+        idx, owner = [], []
         for c, (comp, _) in enumerate(comps):
             for g in comp.groups:
                 if g.sel != sel:
                     continue
-                rows.append([starts(comp, g, None if v is None else g.key(v)) for v in vals])
+                asks += [(comp, g, None if v is None else g.key(v)) for v in vals]
                 idx.append(
                     [tb.factor_number(a, fn) for a, fn in zip(FACTOR_AXES, g.factors, strict=True)]
                 )
                 owner.append(c)
-        if rows:
+        layout.append((sel, len(vals), idx, owner))
+    tables = starts(asks)
+    groups: dict[str | None, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    at = 0
+    for sel, nv, idx, owner in layout:
+        if owner:
+            rows = [tables[at + i * nv : at + (i + 1) * nv] for i in range(len(owner))]
+            at += nv * len(owner)
             groups[sel] = (
                 np.array(rows, dtype=float),
                 np.array(idx, dtype=np.int64).T,

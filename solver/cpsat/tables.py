@@ -15,7 +15,14 @@ import numpy as np
 from meshplan.solver import cache
 from meshplan.solver.costmodel import Layout, Point
 from meshplan.solver.costmodel.point import Rows
-from meshplan.solver.costmodel.terms import FACTOR_AXES, Compiled, Factor, Group, Points
+from meshplan.solver.costmodel.terms import (
+    FACTOR_AXES,
+    Compiled,
+    Factor,
+    Group,
+    Points,
+    int_starts_many,
+)
 from meshplan.solver.cpsat.bounds import Fine, Sums, fine_bounds, shape_bounds, stack_sums
 from meshplan.solver.cpsat.coarse import coarse_bounds
 from meshplan.solver.space import Space
@@ -163,7 +170,7 @@ class Tables:
         (for these recomputation and ZeRO values): built once across requests."""
         k = ("sums", tuple(self.sp.rs), tuple(self.sp.zs))
         if k not in self.rows.memo:
-            self.rows.memo[k] = stack_sums(self, self.sp.cm.sums(self.sp.zs), self.starts)
+            self.rows.memo[k] = stack_sums(self, self.sp.cm.sums(self.sp.zs), self.starts_many)
         return self.rows.memo[k]
 
     @cached_property
@@ -177,6 +184,12 @@ class Tables:
         if (g, keyval, comp.scale, comp.up) not in self.rows.memo:
             self.check()
         return g.int_starts(self.rows, keyval, comp.scale, comp.up)
+
+    def starts_many(self, asks: list[tuple[Compiled, Group, object]]) -> list[np.ndarray]:
+        """`starts` of each (comp, group, keyval), the missing tables computed together (a stop
+        is checked before)."""
+        self.check()
+        return int_starts_many(self.rows, [(g, kv, c.scale, c.up) for c, g, kv in asks])
 
     def fracs(self, axis: str, fn: Factor) -> dict[object, Fraction]:
         """The factor of every value of the axis in the space."""
