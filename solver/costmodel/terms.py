@@ -216,10 +216,13 @@ class Fractions:
 
     def arrays(self, fn: Factor, domain: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
         """(numerators, denominators) over a domain of axis values (int64, or Python integers
-        when one does not fit)."""
-        k = (fn, id(domain))
+        when one does not fit). Kept by the domain's values (spaces of one cost model at other
+        GPU counts often have the same pipelines and expert groups), or for a micro-batch
+        factor, whose domain is long and cheap to convert, by the domain's identity."""
+        batch = isinstance(fn, BatchFactor)
+        k = (fn, id(domain)) if batch else (fn, tuple(domain))
         got = self._arrays.get(k)
-        if got is not None and got[0] is domain:  # the domain itself is kept: ids stay unique
+        if got is not None and (got[0] is domain or not batch):  # a kept domain's id is unique
             self._arrays.move_to_end(k)
             return got[1], got[2]
         num, den = self._arrays_of(fn, domain)
