@@ -68,7 +68,6 @@ class Tables:
         self.cap = np.inf  # the best objective known: cells above it need no fine bounds
         self.best: Point | None = None  # a point of that objective, when the tables found it
         self._fine: dict[int, Fine] = {}  # the fine bounds this search took, by row
-        self._scored: dict[Point, int | None] = {}  # `score` of the points asked for
 
     def _classes(self, memo: cache.Memo) -> None:
         """Which axis values agree with which rows, by classes of rows, into the memo."""
@@ -309,14 +308,12 @@ class Tables:
 
     def score(self, p: Point) -> int | None:
         """The objective of a point of the space's rows if it fits, else None (exact: the cost
-        model's; each point scored once per search, as the hint, the incumbent and the first
-        round all ask for the same few)."""
-        got = self._scored.get(p, False)
-        if got is False:
-            i, cm = self.index.get(p.lay), self.sp.cm
-            fits = i is not None and cm.fits(p, self.rows, i)
-            got = self._scored[p] = cm.objective_int(p, self.rows, i) if fits else None
-        return got
+        model's, which keeps the fit and objective of the points it scored over these rows, as
+        the hint, the incumbent and the first round all ask for the same few)."""
+        i, cm = self.index.get(p.lay), self.sp.cm
+        if i is None or not cm.fits(p, self.rows, i):
+            return None
+        return cm.objective_int(p, self.rows, i)
 
     def guess(self, row: int) -> Point | None:
         """A point of the row where its fine bound is reached: a hint."""
