@@ -71,7 +71,6 @@ class Tables:
 
     def _classes(self, memo: cache.Memo) -> None:
         """Which axis values agree with which rows, by classes of rows, into the memo."""
-        sp = self.sp
         self.pos = {a: {v: i for i, v in enumerate(d)} for a, d in self.domain.items()}
         # Rows agree with the same axis values when they share a class: their pp (pv), dp (db),
         # (tp, dp·cp) (te: the expert groups that fold into tp·cp·dp) or (pp > 1, dp·cp > 1) (z).
@@ -86,17 +85,18 @@ class Tables:
         cls: dict[str, np.ndarray] = {}
         members: dict[str, list[np.ndarray]] = {}
         flats: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        oks: dict[str, np.ndarray] = {}
         for axis, k in keys.items():
             uniq, first, inv = np.unique(k, return_index=True, return_inverse=True)
             cls[axis] = inv.astype(np.int64).reshape(-1)
-            members[axis] = self._agree(axis, [sp.layouts[i] for i in first.tolist()])
-            sizes = np.array([len(m) for m in members[axis]], dtype=np.int64)
-            flat = np.concatenate([*members[axis], np.zeros(0, np.int64)]).astype(np.int64)
-            offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+            ok = oks[axis] = self._agree(axis, first)
+            sizes = ok.sum(axis=1, dtype=np.int64)
+            flat = np.nonzero(ok)[1].astype(np.int64)  # row-major: class by class, in order
+            ends = np.cumsum(sizes)
+            members[axis] = np.split(flat, ends[:-1]) if len(sizes) else []
+            offsets = np.concatenate([[0], ends[:-1]]).astype(np.int64)
             flats[axis] = (flat, offsets, sizes)
-        z_ok = np.zeros((len(members["z"]), len(sp.zs)), dtype=bool)
-        for c, m in enumerate(members["z"]):
-            z_ok[c, m] = True
+        z_ok = oks["z"]
         memo.update(cls=cls, members=members, flat=flats, z_ok=z_ok)
         memo.update(fracs={}, ffracs={}, fmat={}, by_db={}, fine={}, scores={})
         memo["pos"] = self.pos  # last: the memo is complete once it holds "pos"
@@ -111,24 +111,26 @@ class Tables:
             self.memo[("dom", axis)] = got
         return got
 
-    def _agree(self, axis: str, rows: list[Layout]) -> list[np.ndarray]:
-        """Per row (one of each class): positions of the axis values that agree with it
-        (Space.compatible)."""
-        sp = self.sp
+    def _agree(self, axis: str, first: np.ndarray) -> np.ndarray:
+        """Per row (one of each class, positions `first`): which values of the axis agree with
+        it (Space.compatible), (rows, |domain|) booleans."""
+        sp, R = self.sp, self.rows
         if axis == "z":
+            ok = np.zeros((len(first), len(sp.zs)), dtype=bool)
             pos = self.pos["z"]
-            return [np.array([pos[z] for z in sp.zero_values(r)], dtype=np.int64) for r in rows]
+            for c, i in enumerate(first.tolist()):
+                ok[c, [pos[z] for z in sp.zero_values(sp.layouts[i])]] = True
+            return ok
         if not self.domain[axis]:
-            return [np.zeros(0, dtype=np.int64) for _ in rows]
+            return np.zeros((len(first), 0), dtype=bool)
         dom = self.int_domain(axis)
         if axis == "pv":
-            return [np.flatnonzero(dom[:, 0] == r.pp) for r in rows]
+            return dom[None, :, 0] == R.pp[first][:, None]
         if axis == "db":
-            return [np.flatnonzero(dom[:, 0] == r.dp) for r in rows]
-        group = dom[:, 1] * dom[:, 2]
-        return [
-            np.flatnonzero((dom[:, 0] == r.tp) & ((r.tp * r.cp * r.dp) % group == 0)) for r in rows
-        ]
+            return dom[None, :, 0] == R.dp[first][:, None]
+        group = dom[None, :, 1] * dom[None, :, 2]
+        tp, fold = R.tp[first][:, None], (R.tp * R.cp * R.dp)[first][:, None]
+        return (dom[None, :, 0] == tp) & (fold % group == 0)
 
     @cached_property
     def factor_fns(self) -> dict[str, dict[Factor, int]]:
