@@ -268,6 +268,7 @@ class _Batch:
                 f = tuple(self.factors[ax][:, idx[i]] for i, ax in enumerate(FACTOR_AXES))
                 ends = np.searchsorted(owner, np.arange(len(sums.low) + 1)).tolist()
                 self._stack.append((sel, a.transpose(2, 0, 1), f, ends))
+            self._low = sums.low.tolist()
         return self._stack
 
     def value(self, c: int) -> np.ndarray:
@@ -298,7 +299,7 @@ class _Batch:
                 first = False
             else:
                 out += val
-        return _margin_own(out, bool(self.tb.sums().low[c]))
+        return _margin_own(out, bool(self._low[c]))
 
     def runs(self) -> np.ndarray:
         """(rows, P, D): the pipeline schedule runs the micro-batch count (Megatron's

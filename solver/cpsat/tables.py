@@ -68,6 +68,7 @@ class Tables:
         self.cap = np.inf  # the best objective known: cells above it need no fine bounds
         self.best: Point | None = None  # a point of that objective, when the tables found it
         self._fine: dict[int, Fine] = {}  # the fine bounds this search took, by row
+        self._sums: Sums | None = None
 
     def _classes(self, memo: cache.Memo) -> None:
         """Which axis values agree with which rows, by classes of rows, into the memo."""
@@ -169,10 +170,12 @@ class Tables:
     def sums(self) -> Sums:
         """Every sum of the cost model, its groups stacked (bounds.Sums), kept with the rows
         (for these recomputation and ZeRO values): built once across requests."""
-        k = ("sums", tuple(self.sp.rs), tuple(self.sp.zs))
-        if k not in self.rows.memo:
-            self.rows.memo[k] = stack_sums(self, self.sp.cm.sums(self.sp.zs), self.starts_many)
-        return self.rows.memo[k]
+        if self._sums is None:  # asked for many times a search: the key built once
+            k = ("sums", tuple(self.sp.rs), tuple(self.sp.zs))
+            if k not in self.rows.memo:
+                self.rows.memo[k] = stack_sums(self, self.sp.cm.sums(self.sp.zs), self.starts_many)
+            self._sums = self.rows.memo[k]
+        return self._sums
 
     @cached_property
     def index(self) -> dict[Layout, int]:
