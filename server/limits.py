@@ -16,7 +16,7 @@ import re
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,6 +143,7 @@ class FairSlots:
         self.waiting: dict[str, deque[_Waiter]] = {}
         self.last_served: dict[str, int] = {}
         self._seq = itertools.count()
+        self.on_wait: Callable[[str], None] = lambda caller: None  # a solve of caller waits
 
     @property
     def queued(self) -> int:
@@ -156,6 +157,8 @@ class FairSlots:
             return
         waiter = _Waiter(next(self._seq), asyncio.get_running_loop().create_future())
         self.waiting.setdefault(caller, deque()).append(waiter)
+        if self.running[caller] < self.per_caller:  # it waits for a slot, not for its share
+            self.on_wait(caller)
         try:
             await waiter.future
         except asyncio.CancelledError:

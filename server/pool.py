@@ -50,6 +50,15 @@ class WorkerLost(Exception):
     """The worker process running a call ended before answering (it has been replaced)."""
 
 
+class Recalled(Exception):
+    """A call queued behind another one in a worker's pipe was taken back before it started
+    (recalled, or its worker ended first): it has not run, and may be started again."""
+
+
+def _nothing() -> None:
+    pass
+
+
 @dataclass
 class _Task:
     fn: Callable[..., Any]
@@ -57,6 +66,9 @@ class _Task:
     stop: threading.Event
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
+    seq: int = 0  # its message number on its worker's pipe (0: not sent)
+    forget_stop: Callable[[], None] = _nothing
+    recall_sent: bool = False
 
 
 class ProcessRunner:
@@ -89,6 +101,52 @@ class ProcessRunner:
         courier.begin(task)
         return future
 
+    def start_behind(
+        self, after: asyncio.Future[Any], fn: Callable[..., T], *args: Any, stop: threading.Event
+    ) -> asyncio.Future[T] | None:
+        """Queue fn(*args) in the pipe of the worker solving `after`, so it starts the moment
+        that one ends; None if `after` is not solving on a worker with no call queued. A call
+        so queued may end with `Recalled` (see `recall`) instead of running."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            courier = next(
+                (
+                    c
+                    for c in self._couriers
+                    if c.current is not None and c.current.future is after and c.standby is None
+                ),
+                None,
+            )
+            if self._closed or courier is None or courier.current.loop is not loop:  # type: ignore[union-attr]
+                return None
+            future: asyncio.Future[T] = loop.create_future()
+            task = _Task(fn, args, stop, future, loop)
+            courier.standby = task
+        courier.queue(task)
+        return future
+
+    def recall(self, future: asyncio.Future[Any]) -> bool:
+        """Ask for a call queued by `start_behind` back, if it has not started: its worker
+        answers `Recalled` instead of running it. False if it is not queued (any more)."""
+        for courier in self._couriers:
+            task = courier.standby
+            if task is not None and task.future is future and not task.recall_sent:
+                task.recall_sent = True
+                courier.send_ctrl(("recall", task.seq))
+                return True
+        return False
+
+    def running(self, future: asyncio.Future[Any]) -> bool:
+        """Whether the call of `future` is its worker's current call (started, or it starts
+        now) and not asked back."""
+        return any(
+            c.current is not None
+            and c.current.future is future
+            and not c.current.recall_sent
+            and not future.done()
+            for c in self._couriers
+        )
+
     def wait_ready(self, timeout: float = _START_TIMEOUT_S) -> int:
         """Wait until every worker has started and warmed up; the number ready."""
         end = time.monotonic() + timeout
@@ -109,6 +167,11 @@ class ProcessRunner:
             pending, self._pending = list(self._pending), deque()
             idle, self._idle = self._idle, []
             running = [c.current for c in self._couriers if c.current is not None]
+            for courier in self._couriers:  # queued behind a solve: asked back, failed now
+                if courier.standby is not None:
+                    courier.send_ctrl(("recall", courier.standby.seq))
+                    pending.append(courier.standby)
+                    courier.standby = None
         for task in pending:
             _settle_from_any_thread(task, False, WorkerLost("the solver pool is shut down"))
         for task in running:
@@ -158,8 +221,9 @@ class _Courier:
         self.ctrl_lock = threading.Lock()
         self.seq = 0
         self.current: _Task | None = None  # the call being sent or solved (runner._lock)
+        self.standby: _Task | None = None  # a call queued behind it in the pipe (runner._lock)
+        self.watching: asyncio.AbstractEventLoop | None = None  # the loop reading the pipe
         self.kill_timer: asyncio.TimerHandle | None = None
-        self.forget_stop: Callable[[], None] = lambda: None
         self.orders: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._run, name=f"meshplan-courier-{index}")
         self.thread.daemon = True
@@ -173,29 +237,63 @@ class _Courier:
     # --- on the event loop of the call ------------------------------------------------------
 
     def begin(self, task: _Task) -> None:
-        """Send `task` to the worker and watch its pipe for the answer (on task.loop)."""
+        """Send `task` to the idle worker and watch its pipe for the answer (on task.loop)."""
         if self.conn is None or self.proc is None or not self.proc.is_alive():
             self.ready.clear()  # not started, failed to, or ended while idle: spawn first
             self.orders.put(task)
             return
-        self.seq += 1
-        seq = self.seq
-        try:
-            self.conn.send((seq, task.fn, task.args))
-        except OSError:  # the pipe broke: the process is gone
-            self._lose(task, "before it received the request")
-            return
-        except Exception as err:  # noqa: BLE001  not picklable: this call's error, not the pool's
-            self._finish(task, False, TypeError(f"the solve cannot be sent to a worker: {err}"))
-            return
-        task.loop.add_reader(self.conn.fileno(), self._readable, task, seq)
-        if isinstance(task.stop, StopEvent):
-            self.forget_stop = task.stop.on_set(lambda: self._stopped(task, seq))
+        if self._send(task):
+            self.watching = task.loop
+            task.loop.add_reader(self.conn.fileno(), self._readable)
         else:
-            task.loop.call_later(_POLL_STOP_S, self._poll_stop, task, seq)
+            self._fail_unsent(task)
 
-    def _readable(self, task: _Task, seq: int) -> None:
+    def queue(self, task: _Task) -> None:
+        """Send `task` (runner.start_behind made it `standby`) behind the current call."""
+        if not self._send(task):
+            with self.runner._lock:
+                if self.standby is task:
+                    self.standby = None
+            _settle(task.future, False, Recalled("its worker could not take it"))
+
+    def _send(self, task: _Task) -> bool:
+        """Pipe `task` to the worker and forward its stop; False if it could not be sent."""
         assert self.conn is not None
+        self.seq += 1
+        task.seq = self.seq
+        try:
+            self.conn.send((task.seq, task.fn, task.args))
+        except OSError:  # the pipe broke: the process is gone
+            task.seq = 0
+            return False
+        except Exception as err:  # noqa: BLE001  not picklable: this call's error, not the pool's
+            task.seq = 0
+            task.future.set_exception(TypeError(f"the solve cannot be sent to a worker: {err}"))
+            return False
+        if isinstance(task.stop, StopEvent):
+            task.forget_stop = task.stop.on_set(lambda: self._stopped(task))
+        else:
+            task.loop.call_later(_POLL_STOP_S, self._poll_stop, task)
+        return True
+
+    def _fail_unsent(self, task: _Task) -> None:
+        """`begin` could not send: a broken pipe is a lost worker, else the call failed alone."""
+        if task.future.done():  # not picklable: answered; the worker is free
+            with self.runner._lock:
+                self.current = None
+            self.runner._free(self)
+            return
+        with self.runner._lock:
+            self.current = None
+        self.ready.clear()
+        self.orders.put(("before it received the request", task, None))
+
+    def _readable(self) -> None:
+        assert self.conn is not None
+        task = self.current
+        if task is None:  # an answer nobody waits for (asked back at shutdown)
+            self._unwatch()
+            return
         try:
             got, ok, value = self.conn.recv()
         except (EOFError, OSError):
@@ -203,60 +301,78 @@ class _Courier:
             return
         except Exception as err:  # noqa: BLE001  the answer did not unpickle
             got, ok, value = (
-                seq,
+                task.seq,
                 False,
                 RuntimeError(f"the worker's answer could not be read: {err}"),
             )
-        if got == seq:  # else an answer to an earlier, abandoned message: not possible, skip
-            self._finish(task, ok, value)
-
-    def _finish(self, task: _Task, ok: bool, value: Any) -> None:
-        self._unwatch(task)
+        if got != task.seq:  # an answer to an earlier, abandoned message: not possible, skip
+            return
+        if ok is None:
+            ok, value = False, Recalled("it was asked back before it started")
+        self._next(task)
         _settle(task.future, ok, value)
-        self.runner._free(self)
 
-    def _unwatch(self, task: _Task) -> None:
-        if self.conn is not None:
-            task.loop.remove_reader(self.conn.fileno())
+    def _next(self, task: _Task) -> None:
+        """`task` has ended: the call queued behind it (if any) is now the worker's; else the
+        worker is free."""
+        task.forget_stop()
         if self.kill_timer is not None:
             self.kill_timer.cancel()
             self.kill_timer = None
-        self.forget_stop()
-        self.forget_stop = lambda: None
         with self.runner._lock:
-            self.current = None
+            following, self.standby = self.standby, None
+            self.current = following
+        if following is None:
+            self._unwatch()
+            self.runner._free(self)
+        elif following.stop.is_set():
+            self._arm_kill(following)
+
+    def _unwatch(self) -> None:
+        if self.conn is not None and self.watching is not None:
+            self.watching.remove_reader(self.conn.fileno())
+        self.watching = None
 
     def _lose(self, task: _Task, when: str) -> None:
-        """The worker is gone: its courier reaps and replaces it, then fails the call."""
-        self._unwatch(task)
+        """The worker is gone: its courier reaps and replaces it, then fails the call (the one
+        queued behind it never started: Recalled)."""
+        task.forget_stop()
+        self._unwatch()
+        with self.runner._lock:
+            following, self.standby = self.standby, None
+            self.current = None
+        if following is not None:
+            following.forget_stop()
         self.ready.clear()
-        self.orders.put((when, task))
+        self.orders.put((when, task, following))
 
-    def _stopped(self, task: _Task, seq: int) -> None:  # from any thread
-        self._send_stop(seq)
-        _call_soon(task.loop, self._arm_kill, task, seq)
+    def _stopped(self, task: _Task) -> None:  # from any thread
+        self.send_ctrl(("stop", task.seq))
+        _call_soon(task.loop, self._arm_kill, task)
 
-    def _poll_stop(self, task: _Task, seq: int) -> None:
-        if self.current is not task or self.seq != seq:
+    def _poll_stop(self, task: _Task) -> None:
+        if self.current is not task and self.standby is not task:
             return
         if task.stop.is_set():
-            self._stopped(task, seq)
+            self._stopped(task)
         else:
-            task.loop.call_later(_POLL_STOP_S, self._poll_stop, task, seq)
+            task.loop.call_later(_POLL_STOP_S, self._poll_stop, task)
 
-    def _arm_kill(self, task: _Task, seq: int) -> None:
-        if self.current is task and self.seq == seq and self.kill_timer is None:
-            self.kill_timer = task.loop.call_later(
-                self.runner.kill_after_s, self._kill_stuck, task, seq
-            )
+    def _arm_kill(self, task: _Task) -> None:
+        if self.current is task and self.kill_timer is None:
+            self.kill_timer = task.loop.call_later(self.runner.kill_after_s, self._kill_stuck, task)
 
-    def _kill_stuck(self, task: _Task, seq: int) -> None:
+    def _kill_stuck(self, task: _Task) -> None:
         self.kill_timer = None
-        if self.current is not task or self.seq != seq:
+        if self.current is not task:
             return
         if self.proc is not None:
             self.proc.kill()
-        self._unwatch(task)
+        task.forget_stop()
+        self._unwatch()
+        with self.runner._lock:
+            following, self.standby = self.standby, None
+            self.current = None
         self.ready.clear()
         _settle(
             task.future,
@@ -266,13 +382,17 @@ class _Courier:
                 f"to, so its worker process was killed and replaced"
             ),
         )
+        if following is not None:
+            following.forget_stop()
+            _settle(following.future, False, Recalled("its worker was replaced"))
         self.orders.put(_SPAWN)  # reaped and replaced, then free again
 
-    def _send_stop(self, seq: int) -> None:
+    def send_ctrl(self, message: tuple[str, int]) -> None:
+        """A stop or a recall for the call numbered message[1] (from any thread)."""
         with self.ctrl_lock:
             if self.ctrl is not None:
                 with contextlib.suppress(OSError):  # the process is gone: the reader sees it
-                    self.ctrl.send(seq)
+                    self.ctrl.send(message)
 
     # --- the courier thread -----------------------------------------------------------------
 
@@ -281,10 +401,12 @@ class _Courier:
             order = self.orders.get()
             if order == _END:
                 break
-            if isinstance(order, tuple):  # (when, task): the worker died under this call
-                when, task = order
+            if isinstance(order, tuple):  # the worker died under `task` (`following` unstarted)
+                when, task, following = order
                 err = self._reap(when)
                 _settle_from_any_thread(task, False, err)
+                if following is not None:
+                    _settle_from_any_thread(following, False, Recalled("its worker ended"))
                 order = _SPAWN
             if self.runner._closed:
                 if isinstance(order, _Task):
@@ -427,17 +549,21 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
     """A worker's life: warm up, say ready, then run one call at a time until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's: it drains, then ends us
     lock = threading.Lock()
-    state: dict[str, Any] = {"seq": 0, "event": None, "stopped": 0}
+    state: dict[str, Any] = {"seq": 0, "event": None}
+    stopped: set[int] = set()  # calls told to stop (the running one, or one queued behind it)
+    recalled: set[int] = set()  # queued calls asked back before they start
 
-    def listen() -> None:  # stops from the server: set the running call's event
+    def listen() -> None:  # stops and recalls from the server
         while True:
             try:
-                seq = ctrl.recv()
+                kind, seq = ctrl.recv()
             except (EOFError, OSError):
                 return
             with lock:
-                state["stopped"] = max(state["stopped"], seq)
-                if state["seq"] == seq and state["event"] is not None:
+                if seq < state["seq"]:
+                    continue  # a call that has already ended
+                (recalled if kind == "recall" else stopped).add(seq)
+                if kind == "stop" and state["seq"] == seq and state["event"] is not None:
                     state["event"].set()
 
     threading.Thread(target=listen, name="meshplan-stop", daemon=True).start()
@@ -456,8 +582,15 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
         event = threading.Event()
         with lock:
             state["seq"], state["event"] = seq, event
-            if state["stopped"] >= seq:
+            if seq in stopped:
                 event.set()
+            asked_back = seq in recalled
+            for done in [s for s in stopped | recalled if s < seq]:
+                stopped.discard(done)
+                recalled.discard(done)
+        if asked_back:  # never started: the server starts it again when it is its turn
+            conn.send((seq, None, None))
+            continue
         try:
             reply: tuple[int, bool, Any] = (seq, True, fn(*args, stop=event))
         except BaseException as err:  # noqa: BLE001  every failure goes back to the caller

@@ -13,7 +13,7 @@ from google.protobuf.message import Message
 from meshplan.server.limits import CallState, RpcFailure
 from meshplan.server.logs import FIELDS
 from meshplan.server.requests import Malformed, bad, check_message, parse
-from meshplan.server.runtime import Runtime, internal
+from meshplan.server.runtime import Runtime, Solve, internal
 from meshplan.server.work import (
     EvaluateFn,
     PlanFn,
@@ -119,9 +119,30 @@ class PlannerServicer:
         answers: asyncio.Queue[planner_pb2.PlanBatchResponse] = asyncio.Queue()
         indices = iter(range(count))
 
-        async def worker() -> None:
-            for i in indices:  # shared: each worker takes the next request
-                await answers.put(await self._batch_item(i, request.requests[i], call))
+        async def worker() -> None:  # each worker takes the next request (shared iterator)
+            ahead: tuple[int, Solve] | None = None  # solving, its answer not yet taken
+            while True:
+                if ahead is not None and not self.rt.can_queue_behind(ahead[1]):
+                    await answers.put(await self._item_answer(*ahead, call))
+                    ahead = None
+                i = next(indices, None)  # taken only when it can start (or queue) now
+                if i is None:
+                    break
+                solve = self._item_behind(ahead, i, request.requests[i], call)
+                if solve is None:
+                    if ahead is not None:
+                        await answers.put(await self._item_answer(*ahead, call))
+                        ahead = None
+                    try:
+                        solve = await self._item_begin(i, request.requests[i], call)
+                    except Exception as err:  # noqa: BLE001  this item's answer
+                        await answers.put(self._item_failed(i, err, call))
+                        continue
+                if ahead is not None:
+                    await answers.put(await self._item_answer(*ahead, call))
+                ahead = (i, solve)
+            if ahead is not None:
+                await answers.put(await self._item_answer(*ahead, call))
 
         share = min(count, self.settings.solves_per_caller)
         workers = [asyncio.create_task(worker()) for _ in range(share)]
@@ -146,34 +167,54 @@ class PlannerServicer:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
 
-    async def _batch_item(
-        self, index: int, msg: Any, call: CallState
+    def _item_args(self, index: int, msg: Any, call: CallState) -> tuple[Any, ...]:
+        # parsed in the solve (a worker process, if any): the event loop forwards bytes
+        data, chars = msg.SerializeToString(), self.settings.max_string_chars
+        return data, chars, self._limits(call), f"requests[{index}]", self.plan_fn
+
+    async def _item_begin(self, index: int, msg: Any, call: CallState) -> Solve:
+        return await self.rt.begin(
+            call, "Plan", plan_bytes_call, *self._item_args(index, msg, call)
+        )
+
+    def _item_behind(
+        self, ahead: tuple[int, Solve] | None, index: int, msg: Any, call: CallState
+    ) -> Solve | None:
+        """The item queued on the worker solving `ahead` (None: it waits for a slot)."""
+        if ahead is None:
+            return None
+        args = self._item_args(index, msg, call)
+        return self.rt.begin_behind(ahead[1], call, "Plan", plan_bytes_call, *args)
+
+    async def _item_answer(
+        self, index: int, solve: Solve, call: CallState
     ) -> planner_pb2.PlanBatchResponse:
-        prefix = f"requests[{index}]"
         try:
-            # parsed in the solve (a worker process, if any): the event loop forwards bytes
-            data, chars = msg.SerializeToString(), self.settings.max_string_chars
-            limits = self._limits(call)
-            answer = await self._solved(
-                call, plan_bytes_call, data, chars, limits, prefix, self.plan_fn
-            )
-            return planner_pb2.PlanBatchResponse(index=index, result=answer)
-        except RpcFailure as failure:
-            return planner_pb2.PlanBatchResponse(index=index, error=_item_error(failure))
-        except Exception as err:  # a solver bug must not take the other items down
-            log.error(
-                "call",
-                extra={
-                    FIELDS: {
-                        "method": "PlanBatch",
-                        "request_id": call.request_id,
-                        "item": index,
-                        "status": "INTERNAL",
-                        "error": f"{type(err).__name__}: {err}"[:300],
-                    }
-                },
-            )
-            return planner_pb2.PlanBatchResponse(index=index, error=_item_error(internal(call)))
+            status, answer = await self.rt.outcome(call, solve)
+        except Exception as err:  # noqa: BLE001  this item's answer
+            return self._item_failed(index, err, call)
+        m = self.rt.metrics
+        m.child(m.plans, status).inc()
+        return planner_pb2.PlanBatchResponse(index=index, result=answer)
+
+    def _item_failed(
+        self, index: int, err: Exception, call: CallState
+    ) -> planner_pb2.PlanBatchResponse:
+        if isinstance(err, RpcFailure):
+            return planner_pb2.PlanBatchResponse(index=index, error=_item_error(err))
+        log.error(  # a solver bug must not take the other items down
+            "call",
+            extra={
+                FIELDS: {
+                    "method": "PlanBatch",
+                    "request_id": call.request_id,
+                    "item": index,
+                    "status": "INTERNAL",
+                    "error": f"{type(err).__name__}: {err}"[:300],
+                }
+            },
+        )
+        return planner_pb2.PlanBatchResponse(index=index, error=_item_error(internal(call)))
 
 
 def _item_error(failure: RpcFailure) -> planner_pb2.ItemError:
