@@ -116,7 +116,7 @@ class PlannerServicer:
             bad("requests", "is empty: send at least one request")
         if count > cap:
             bad("requests", f"holds {count} requests, more than the cap of {cap} per call")
-        answers: asyncio.Queue[planner_pb2.PlanBatchResponse] = asyncio.Queue()
+        answers: asyncio.Queue[planner_pb2.PlanBatchResponse | None] = asyncio.Queue()
         indices = iter(range(count))
 
         async def worker() -> None:  # each worker takes the next request (shared iterator)
@@ -146,22 +146,20 @@ class PlannerServicer:
 
         share = min(count, self.settings.solves_per_caller)
         workers = [asyncio.create_task(worker()) for _ in range(share)]
+        # one timer for the call, not one per answer: at the deadline it queues None
+        left = max(call.remaining() - self.settings.deadline_margin_s, 0)
+        timer = asyncio.get_running_loop().call_later(left, answers.put_nowait, None)
         try:
             for done in range(count):
-                if answers.empty():  # else an answer is ready: no timer, no wait
-                    try:  # a timeout, not wait_for: no task wrapping every get
-                        left = call.remaining() - self.settings.deadline_margin_s
-                        async with asyncio.timeout(max(left, 0)):
-                            answer = await answers.get()
-                    except TimeoutError:
-                        raise RpcFailure(
-                            grpc.StatusCode.DEADLINE_EXCEEDED,
-                            f"the call's deadline passed after {done} of {count} answers",
-                        ) from None
-                else:
-                    answer = answers.get_nowait()
+                answer = answers.get_nowait() if not answers.empty() else await answers.get()
+                if answer is None:
+                    raise RpcFailure(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"the call's deadline passed after {done} of {count} answers",
+                    )
                 yield answer
         finally:
+            timer.cancel()
             call.stop.set()  # the requests still queued return at once
             for task in workers:
                 task.cancel()
