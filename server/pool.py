@@ -268,7 +268,7 @@ class _Courier:
             return False
         except Exception as err:  # noqa: BLE001  not picklable: this call's error, not the pool's
             task.seq = 0
-            task.future.set_exception(TypeError(f"the solve cannot be sent to a worker: {err}"))
+            _settle(task.future, False, TypeError(f"the solve cannot be sent to a worker: {err}"))
             return False
         if isinstance(task.stop, StopEvent):
             task.forget_stop = task.stop.on_set(lambda: self._stopped(task))

@@ -300,7 +300,8 @@ class Runtime:
                     call.solve_s += time.monotonic() - solve.started
 
     def _watch(self, solve: Solve) -> None:
-        self.metrics.solves_in_flight.inc()
+        if solve.holds_slot:  # in flight: on a slot (one queued behind joins when it starts)
+            self.metrics.solves_in_flight.inc()
         solve.future.add_done_callback(_retrieve)  # its outcome may be moot (call ended)
         solve.future.add_done_callback(lambda _: self._finished(solve))
 
@@ -310,14 +311,15 @@ class Runtime:
         m = self.metrics
         if solve.future.cancelled() or not isinstance(solve.future.exception(), Recalled):
             m.child(m.solve_seconds, solve.method).observe(time.monotonic() - solve.started)
-        m.solves_in_flight.dec()
         self._behind.discard(solve)
         following = solve.next
         if not solve.holds_slot:
             return
+        m.solves_in_flight.dec()
         if following is not None and self.runner.running(following.future):  # type: ignore[attr-defined]
             following.holds_slot = True
             following.started = time.monotonic()
+            m.solves_in_flight.inc()
             self._behind.discard(following)
         else:
             self.slots.release(solve.call.caller)

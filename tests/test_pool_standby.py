@@ -143,21 +143,25 @@ def _call(caller: str) -> CallState:
 
 
 def test_the_slot_passes_to_the_queued_solve(runner: ProcessRunner) -> None:
-    async def go() -> tuple[Any, Any, int, int]:
+    def in_flight(rt: Runtime) -> float:
+        return rt.metrics.registry.get_sample_value("meshplan_solves_in_flight") or 0.0
+
+    async def go() -> tuple[Any, Any, list[float]]:
         rt = _runtime(runner)
         call = _call("a")
         first = await rt.begin(call, "Plan", stamped, 0.2, "a1")
         second = rt.begin_behind(first, call, "Plan", stamped, 0.2, "a2")
         assert second is not None
+        seen = [rt.slots.free, in_flight(rt)]  # the queued solve is not in flight yet
         a1 = await rt.outcome(call, first)
-        held = rt.slots.free  # the second solve runs on the first one's slot
+        seen += [rt.slots.free, in_flight(rt)]  # the second solve runs on the first one's slot
         a2 = await rt.outcome(call, second)
         await asyncio.sleep(0)  # its done callbacks
-        return a1, a2, held, rt.slots.free
+        return a1, a2, [*seen, rt.slots.free, in_flight(rt)]
 
-    a1, a2, held, free = asyncio.run(go())
+    a1, a2, seen = asyncio.run(go())
     assert (a1[0], a2[0]) == ("a1", "a2") and a1[2] <= a2[1]
-    assert held == 0 and free == 1
+    assert seen == [0, 1, 0, 1, 1, 0]
 
 
 def test_another_callers_solve_goes_before_the_queued_one(runner: ProcessRunner) -> None:
