@@ -10,7 +10,9 @@ completes, so the slots always count what really runs.
 - `ThreadRunner`: a thread pool in the server process (CP-SAT releases the GIL while it solves;
   the Python that builds the model does not).
 - `server.pool.ProcessRunner`: spawned worker processes, one solve each at a time, so the solves
-  use every core. fn and its arguments must then be picklable (module-level functions).
+  use every core. fn and its arguments must then be picklable (module-level functions). It can
+  also queue a call behind a running one on the same worker (`start_behind`, `recall`,
+  `running`): the runtime then hands the slot from one to the next (Runtime.begin_behind).
 """
 
 from __future__ import annotations

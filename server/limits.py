@@ -134,7 +134,9 @@ class FairSlots:
     one caller runs at once. When a slot frees, it goes to the waiting caller with the fewest
     solves running, then the one served longest ago, then the earliest arrival; a caller's
     own solves keep their order. So a caller with a 1,024-request batch takes its share, and
-    another caller's single plan waits for at most one of its solves."""
+    another caller's single plan waits for at most one of its solves: a solve that has to
+    wait calls `on_wait`, with which the runtime asks back the solves a batch queued behind
+    its running ones (Runtime.begin_behind)."""
 
     def __init__(self, slots: int, per_caller: int) -> None:
         self.free = slots
@@ -157,8 +159,7 @@ class FairSlots:
             return
         waiter = _Waiter(next(self._seq), asyncio.get_running_loop().create_future())
         self.waiting.setdefault(caller, deque()).append(waiter)
-        if self.running[caller] < self.per_caller:  # it waits for a slot, not for its share
-            self.on_wait(caller)
+        self.on_wait(caller)  # the runtime asks back solves queued behind running ones
         try:
             await waiter.future
         except asyncio.CancelledError:

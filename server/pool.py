@@ -8,6 +8,12 @@ worker to loop and loop to the next worker, with no thread in between. The call'
 forwarded at once (`StopEvent.on_set`) over a second pipe, where a small thread in the worker
 sets the local event that fn polls (solver.plan's stop_event).
 
+`start_behind(after, fn, ...)` queues a call in the pipe of the worker solving `after`, so the
+worker starts it the moment it has answered, with no round trip through the server (PlanBatch
+keeps its next item there). Stops reach such a call alone (they name its message number), and
+`recall` asks it back before it starts: the worker then answers `Recalled` without running it,
+as does a worker that ends or is killed with a call queued (only the running call fails).
+
 Workers are spawned (a fork would copy the server's gRPC and OR-Tools threads mid-flight) by one
 "courier" thread each, off the event loop, warm up (import the solver, solve one small plan,
 gc.freeze), and then serve until their pipe closes: they also end if the server dies. A worker

@@ -325,8 +325,8 @@ class Runtime:
             self.slots.release(solve.call.caller)
 
     def _recall(self, caller: str) -> None:
-        """A solve of `caller` waits for a slot: the solves queued behind others are asked
-        back, so it waits for at most the solves running now."""
+        """A solve of `caller` waits for a slot: the solves queued behind running ones are
+        asked back (and wait their turn too), so it waits for at most the solves running now."""
         for solve in list(self._behind):
             if self.runner.recall(solve.future):  # type: ignore[attr-defined]
                 self._behind.discard(solve)

@@ -164,19 +164,22 @@ def test_the_slot_passes_to_the_queued_solve(runner: ProcessRunner) -> None:
     assert seen == [0, 1, 0, 1, 1, 0]
 
 
-def test_another_callers_solve_goes_before_the_queued_one(runner: ProcessRunner) -> None:
+@pytest.mark.parametrize("other", ["b", "a"])  # another caller; the same caller's next call
+def test_a_solve_that_waits_for_a_slot_goes_before_the_queued_one(
+    runner: ProcessRunner, other: str
+) -> None:
     async def go() -> tuple[Any, Any, Any, Runtime]:
         rt = _runtime(runner)
-        a, b = _call("a"), _call("b")
+        a, b = _call("a"), _call(other)  # per caller: one slot
         first = await rt.begin(a, "Plan", stamped, 0.4, "a1")
         second = rt.begin_behind(first, a, "Plan", stamped, 0.0, "a2")
         assert second is not None
-        other = asyncio.create_task(rt.solve(b, "Plan", stamped, 0.0, "b"))
+        waiting = asyncio.create_task(rt.solve(b, "Plan", stamped, 0.0, "b"))
         await asyncio.sleep(0.05)  # b waits for the slot: the queued solve is asked back
         assert rt.begin_behind(first, a, "Plan", stamped, 0.0, "a3") is None  # b waits
         a1 = await rt.outcome(a, first)
         a2 = await rt.outcome(a, second)  # started again, after b's turn
-        return a1, a2, await other, rt
+        return a1, a2, await waiting, rt
 
     a1, a2, b, rt = asyncio.run(go())
     assert a1[2] <= b[1] <= a2[1]
