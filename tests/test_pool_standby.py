@@ -184,3 +184,39 @@ def test_a_solve_that_waits_for_a_slot_goes_before_the_queued_one(
     a1, a2, b, rt = asyncio.run(go())
     assert a1[2] <= b[1] <= a2[1]
     assert rt.slots.free == 1 and not rt.slots.running and not rt.slots.waiting
+
+
+def test_a_batch_through_one_worker_answers_as_in_process_and_frees_its_slot() -> None:
+    from test_grpc_support import LOOPBACK, running_server
+
+    from benchmarks.suite import throughput_requests
+    from meshplan.client import PlannerClient
+    from meshplan.solver import plan
+
+    reqs = throughput_requests(12, quick=True)
+    with running_server(solver_processes=1, max_solves_per_caller=1) as (port, server):
+        assert server.wait_ready(120) == 1
+        rt = server.runtime
+        queued: list[Any] = []
+        behind = rt.begin_behind
+
+        def counted(*args: Any) -> Any:
+            solve = behind(*args)
+            queued.append(solve)
+            return solve
+
+        rt.begin_behind = counted  # type: ignore[method-assign]
+        with PlannerClient(f"{LOOPBACK}:{port}") as client:
+            items = sorted(client.plan_batch(reqs, timeout=120), key=lambda i: i.index)
+        assert any(s is not None for s in queued)  # items did wait in the worker's pipe
+        end = time.monotonic() + 10
+        while rt.slots.free != 1 and time.monotonic() < end:
+            time.sleep(0.01)
+        assert rt.slots.free == 1 and not rt.slots.running and not rt._behind
+        gauge = rt.metrics.registry.get_sample_value("meshplan_solves_in_flight")
+        assert gauge == 0
+    assert [i.index for i in items] == list(range(len(reqs)))
+    for item, req in zip(items, reqs, strict=True):
+        local = plan(req)
+        assert item.result is not None and item.result.status == local.status
+        assert item.result.config == local.config
