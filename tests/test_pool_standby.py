@@ -1,7 +1,8 @@
 """A call queued behind another in a worker's pipe (ProcessRunner.start_behind, and the
 runtime's begin_behind that PlanBatch uses): it starts as the one ahead ends and takes over its
 slot; stops reach it alone; it can be asked back before it starts; a caller who starts waiting
-for a slot gets it before the queued call; a worker death fails only the running call."""
+for a slot gets it before the queued call; a worker death fails only the running call; a
+cancelled batch stops both its running and its queued item."""
 
 from __future__ import annotations
 
@@ -13,14 +14,21 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
+from test_grpc_support import LOOPBACK, big_request, running_server
 
+from benchmarks.suite import throughput_requests
+from meshplan.client import PlannerClient
+from meshplan.client.sync import plan_message
 from meshplan.server.dispatch import StopEvent
 from meshplan.server.limits import CallState
 from meshplan.server.metrics import Metrics
 from meshplan.server.pool import ProcessRunner, Recalled, WorkerLost
 from meshplan.server.runtime import Runtime
 from meshplan.server.settings import Settings
+from meshplan.solver import plan
+from meshplan.v1 import planner_pb2, planner_pb2_grpc
 
 
 def stamped(seconds: float, tag: str, *, stop: threading.Event) -> tuple[str, float, float, bool]:
@@ -187,12 +195,6 @@ def test_a_solve_that_waits_for_a_slot_goes_before_the_queued_one(
 
 
 def test_a_batch_through_one_worker_answers_as_in_process_and_frees_its_slot() -> None:
-    from test_grpc_support import LOOPBACK, running_server
-
-    from benchmarks.suite import throughput_requests
-    from meshplan.client import PlannerClient
-    from meshplan.solver import plan
-
     reqs = throughput_requests(12, quick=True)
     with running_server(solver_processes=1, max_solves_per_caller=1) as (port, server):
         assert server.wait_ready(120) == 1
@@ -220,3 +222,27 @@ def test_a_batch_through_one_worker_answers_as_in_process_and_frees_its_slot() -
         local = plan(req)
         assert item.result is not None and item.result.status == local.status
         assert item.result.config == local.config
+
+
+def test_a_cancelled_batch_stops_the_running_and_the_queued_item() -> None:
+    slow = plan_message(big_request(30))  # seconds of search each
+    batch = planner_pb2.PlanBatchRequest(requests=[slow] * 4)
+    with running_server(solver_processes=1, max_solves_per_caller=1) as (port, server):
+        assert server.wait_ready(120) == 1
+        runner = server.runtime.runner
+        assert isinstance(runner, ProcessRunner)
+        courier = runner._couriers[0]
+        with grpc.insecure_channel(f"{LOOPBACK}:{port}") as channel:
+            stream = planner_pb2_grpc.PlannerStub(channel).PlanBatch(batch, timeout=60)
+            end = time.monotonic() + 20
+            while courier.standby is None and time.monotonic() < end:
+                time.sleep(0.01)
+            assert courier.standby is not None  # one item solving, the next in the pipe
+            cancelled = time.monotonic()
+            stream.cancel()
+            while (courier.current or courier.standby) and time.monotonic() < cancelled + 5:
+                time.sleep(0.01)
+            took = time.monotonic() - cancelled
+        assert courier.current is None and courier.standby is None
+        assert took < 2.0  # both stopped: neither searched on for seconds
+        assert server.runtime.slots.free == 1
