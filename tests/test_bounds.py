@@ -5,8 +5,8 @@ nothing fits (the models leave those out)."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
-from test_oracle_property import instances
+from hypothesis import given
+from test_oracle_property import instances, oracle_settings
 
 from meshplan.solver.cpsat.tables import Tables
 from meshplan.solver.planner import _resolve
@@ -14,12 +14,7 @@ from meshplan.solver.schema import PlanRequest
 from meshplan.solver.space import Space
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@oracle_settings(60)
 @given(instances())
 def test_every_fitting_point_respects_its_bounds(req: PlanRequest) -> None:
     A, H, cm = _resolve(req)

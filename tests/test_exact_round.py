@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from test_grpc_support import small_request
-from test_oracle_property import instances
+from test_oracle_property import instances, oracle_settings
 
 import meshplan.solver.cpsat.search as search_mod
 from meshplan.solver import cache, plan
@@ -28,12 +28,7 @@ def _cpsat_only(req: PlanRequest) -> PlanResult:
         return plan(req)
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@oracle_settings(60)
 @given(instances())
 def test_both_paths_reach_the_oracle_optimum_and_agree(req: PlanRequest) -> None:
     cache.clear()

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_least_memory_fits import _space
 
 from meshplan.solver import greedy as greedy_mod
 from meshplan.solver.cpsat.tables import Tables
-from meshplan.solver.planner import _resolve
-from meshplan.solver.schema import PlanRequest
-from meshplan.solver.space import Space
 
 SPECS = {  # ZeRO-1 pinned: the first rows of the recipe's order (tp=1, pp=1 first) do not fit
     "tight-dense": ("llama3-70b", 32, 8192, {"zero_stage": 1}),
@@ -20,16 +18,7 @@ SPECS = {  # ZeRO-1 pinned: the first rows of the recipe's order (tp=1, pp=1 fir
 
 
 def _tables(model: str, n: int, seq: int, search: dict) -> Tables:
-    req = PlanRequest.model_validate(
-        {
-            "model": {"preset": model},
-            "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": n},
-            "training": {"seq_len": seq},
-            "search": search,
-        }
-    )
-    A, H, cm = _resolve(req)
-    return Tables(Space.build(A, H, req.training, req.search, cm, prune=False))
+    return Tables(_space(model, n, seq, search))
 
 
 @pytest.mark.parametrize("spec", list(SPECS), ids=list(SPECS))

@@ -17,6 +17,17 @@ GPU_COUNTS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 96, 1536, 2520, 6144]
 FRAMEWORKS = ["GENERIC", "MEGATRON", "TORCHTITAN", "DEEPSPEED", "KEMPNERFORGE"]
 
 
+def oracle_settings(max_examples: int) -> settings:
+    """Hypothesis settings of the oracle-backed properties: derandomized (reproducible in CI),
+    no deadline (a cold plan may take a second), large instances allowed."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
 @st.composite
 def instances(draw: st.DrawFn) -> PlanRequest:
     heads = draw(st.sampled_from([4, 8, 16]))
@@ -91,12 +102,7 @@ def instances(draw: st.DrawFn) -> PlanRequest:
     )
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@oracle_settings(300)
 @given(instances())
 def test_cpsat_optimum_equals_oracle(req: PlanRequest) -> None:
     res = plan(req)

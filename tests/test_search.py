@@ -7,9 +7,9 @@ import threading
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from test_grpc_support import big_request, small_request
-from test_oracle_property import instances
+from test_oracle_property import instances, oracle_settings
 
 import meshplan.solver.cpsat.search as search_mod
 import meshplan.solver.planner as planner_mod
@@ -73,12 +73,7 @@ def test_alternatives_are_distinct_and_no_better() -> None:
     assert all(a.performance.tokens_per_s <= best * (1 + 1e-6) for a in r.alternatives)
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@oracle_settings(60)
 @given(instances())
 def test_many_small_rounds_reach_the_oracle_optimum(req: PlanRequest) -> None:
     """Start from the row with the worst bound and grow one row per round: the answer rests

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from test_oracle_property import instances
+from hypothesis import given
+from test_oracle_property import instances, oracle_settings
 
 from meshplan.solver import cache
 from meshplan.solver.cpsat import build as build_mod
@@ -33,12 +33,7 @@ def _tables(req: PlanRequest) -> tuple[Space, Tables]:
     return sp, Tables(sp)
 
 
-@settings(
-    max_examples=200,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@oracle_settings(200)
 @given(instances())
 def test_expert_group_bounds_and_the_cells_they_leave_out(req: PlanRequest) -> None:
     if req.cluster.num_gpus > 96:  # the point-by-point check walks the whole product
