@@ -20,14 +20,13 @@ gc.freeze), and then serve until their pipe closes: they also end if the server 
 that dies mid-solve (killed, out of memory, a crash in native code) is replaced by its courier,
 and its call fails with `WorkerLost`; a worker that does not end within `kill_after_s` of a stop
 is killed and replaced the same way, so a stop always ends the solve. Each worker keeps its own
-caches (solver/cache.py): they warm per process.
+caches (solver/cache.py): they warm per process. The worker's side is server/worker.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import multiprocessing
 import os
@@ -42,13 +41,13 @@ from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 from meshplan.server.dispatch import StopEvent
+from meshplan.server.worker import worker_main
 
 log = logging.getLogger("meshplan.server")
 T = TypeVar("T")
 
 KILL_AFTER_S = 10.0  # a solve still running this long after its stop: its process is killed
 _START_TIMEOUT_S = 300.0  # spawn, import and warm-up of one worker, under load
-_TRIM_EVERY_S = 5.0  # a worker returns freed heap to the system at most this often
 _POLL_STOP_S = 0.05  # how often a stop event that is not a StopEvent is looked at
 
 
@@ -546,103 +545,3 @@ def _settle_from_any_thread(task: _Task, ok: bool, value: Any) -> None:
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
     with contextlib.suppress(RuntimeError):  # the loop closed: no one is waiting
         loop.call_soon_threadsafe(fn, *args)
-
-
-# --- in the worker process ------------------------------------------------------------------
-
-
-def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
-    """A worker's life: warm up, say ready, then run one call at a time until the pipe closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's: it drains, then ends us
-    lock = threading.Lock()
-    state: dict[str, Any] = {"seq": 0, "event": None}
-    stopped: set[int] = set()  # calls told to stop (the running one, or one queued behind it)
-    recalled: set[int] = set()  # queued calls asked back before they start
-
-    def listen() -> None:  # stops and recalls from the server
-        while True:
-            try:
-                kind, seq = ctrl.recv()
-            except (EOFError, OSError):
-                return
-            with lock:
-                if seq < state["seq"]:
-                    continue  # a call that has already ended
-                (recalled if kind == "recall" else stopped).add(seq)
-                if kind == "stop" and state["seq"] == seq and state["event"] is not None:
-                    state["event"].set()
-
-    threading.Thread(target=listen, name="meshplan-stop", daemon=True).start()
-    if warm:
-        _warm_up()
-    gc.collect()
-    gc.freeze()  # the start-up heap stays out of full collections (server/memory.py)
-    trim = _trimmer()
-    trimmed = time.monotonic()
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            seq, fn, args = conn.recv()
-        except (EOFError, OSError):
-            return
-        event = threading.Event()
-        with lock:
-            state["seq"], state["event"] = seq, event
-            if seq in stopped:
-                event.set()
-            asked_back = seq in recalled
-            for done in [s for s in stopped | recalled if s < seq]:
-                stopped.discard(done)
-                recalled.discard(done)
-        if asked_back:  # never started: the server starts it again when it is its turn
-            conn.send((seq, None, None))
-            continue
-        try:
-            reply: tuple[int, bool, Any] = (seq, True, fn(*args, stop=event))
-        except BaseException as err:  # noqa: BLE001  every failure goes back to the caller
-            reply = (seq, False, err)
-        with lock:
-            state["event"] = None
-        try:
-            conn.send(reply)
-        except (EOFError, OSError):
-            return
-        except Exception as err:  # noqa: BLE001  an answer that does not pickle
-            conn.send((seq, False, RuntimeError(f"the answer could not be sent back: {err}")))
-        settle_heap()  # what the call left (the caches) stays out of collections
-        if trim is not None and time.monotonic() - trimmed > _TRIM_EVERY_S:
-            trim()
-            trimmed = time.monotonic()
-
-
-def _warm_up() -> None:
-    """Import what a call needs and solve one small plan (the lazy imports, the first tables)."""
-    from meshplan.server import work
-    from meshplan.solver import plan
-    from meshplan.solver.scheduler import cells  # a scheduler query's turns run here (~14 ms)
-    from meshplan.solver.schema import PlanRequest
-
-    del work, cells
-    req = PlanRequest.model_validate(
-        {
-            "model": {"preset": "llama3-8b"},
-            "cluster": {"num_gpus": 8},
-            "options": {"time_limit_s": 10},
-        }
-    )
-    try:
-        plan(req)
-    except Exception as err:  # noqa: BLE001  a warm-up failure must not stop the worker
-        log.warning("solver warm-up failed: %s", err)
-
-
-def _trimmer() -> Callable[[], int] | None:
-    from meshplan.server.memory import trimmer
-
-    return trimmer()
-
-
-def settle_heap() -> None:
-    from meshplan.server.memory import settle_heap as settle
-
-    settle()
