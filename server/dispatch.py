@@ -74,6 +74,21 @@ class SolveRunner(Protocol):
         """Release the workers (solves still running are told to stop)."""
         ...
 
+    def start_behind(
+        self, after: asyncio.Future[Any], fn: Callable[..., T], *args: Any, stop: threading.Event
+    ) -> asyncio.Future[T] | None:
+        """Queue fn(*args) to start where the call of `after` runs, the moment it ends; None
+        when the runner cannot (then the caller waits for a slot as usual)."""
+        ...
+
+    def recall(self, future: asyncio.Future[Any]) -> bool:
+        """Take back a call queued by start_behind before it starts; False if it is not queued."""
+        ...
+
+    def running(self, future: asyncio.Future[Any]) -> bool:
+        """Whether the call of `future` runs now (not queued, not taken back, not ended)."""
+        ...
+
 
 def _then_settle(fn: Callable[..., T], *args: Any, stop: threading.Event) -> T:
     """fn, then settle the heap (server/memory.py) as a worker process does after each call."""
@@ -98,3 +113,15 @@ class ThreadRunner:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+    # A thread is given its next call by the executor at once: nothing to queue behind.
+    def start_behind(
+        self, after: asyncio.Future[Any], fn: Callable[..., T], *args: Any, stop: threading.Event
+    ) -> asyncio.Future[T] | None:
+        return None
+
+    def recall(self, future: asyncio.Future[Any]) -> bool:
+        return False
+
+    def running(self, future: asyncio.Future[Any]) -> bool:
+        return False

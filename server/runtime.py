@@ -263,7 +263,7 @@ class Runtime:
         starts waiting later, the queued one is asked back (and takes its turn again)."""
         if not self.can_queue_behind(ahead):
             return None
-        future = self.runner.start_behind(ahead.future, fn, *args, stop=call.stop)  # type: ignore[attr-defined]
+        future = self.runner.start_behind(ahead.future, fn, *args, stop=call.stop)
         if future is None:
             return None
         solve = Solve(call, method, fn, args, holds_slot=False, future=future)
@@ -275,11 +275,10 @@ class Runtime:
     def can_queue_behind(self, ahead: Solve) -> bool:
         """Whether `begin_behind(ahead, ...)` would queue a solve now."""
         return (
-            hasattr(self.runner, "start_behind")
-            and ahead.next is None
+            ahead.next is None
             and not self.slots.queued
             and not ahead.call.stop.is_set()
-            and self.runner.running(ahead.future)  # type: ignore[attr-defined]
+            and self.runner.running(ahead.future)
         )
 
     async def outcome(self, call: CallState, solve: Solve) -> Any:
@@ -316,7 +315,7 @@ class Runtime:
         if not solve.holds_slot:
             return
         m.solves_in_flight.dec()
-        if following is not None and self.runner.running(following.future):  # type: ignore[attr-defined]
+        if following is not None and self.runner.running(following.future):
             following.holds_slot = True
             following.started = time.monotonic()
             m.solves_in_flight.inc()
@@ -328,7 +327,7 @@ class Runtime:
         """A solve of `caller` waits for a slot: the solves queued behind running ones are
         asked back (and wait their turn too), so it waits for at most the solves running now."""
         for solve in list(self._behind):
-            if self.runner.recall(solve.future):  # type: ignore[attr-defined]
+            if self.runner.recall(solve.future):
                 self._behind.discard(solve)
 
     async def drain(self, grace_s: float) -> bool:
