@@ -389,26 +389,27 @@ class Space:
         the rest at once, a stage at a time (when the first stage overflows every point, the
         last is not computed)."""
         lays = list(layouts)
-        rows = Rows.of(lays)
-        for i in range(min(first, len(lays))):  # a point at a time: fewer array operations
-            p = self.least_memory_point(lays[i])
-            if p is not None and self.cm.fits(p, rows, i):
-                return True
-        return first < len(lays) and self._fits_any(rows, lays, range(first, len(lays)))
+        return self._fits_in(Rows.of(lays), lays, list(range(len(lays))), first)
 
     def some_layout_fits(self, first: int = FIT_FIRST) -> bool:
         """Whether some layout of `layouts` has a least-memory point that fits, over the space's
         rows (`rows`: the start tables its bounds read next), in `fit_order`: the first `first`
         layouts, then the rest. When none does, no point of the space fits: every row's coarse
         bound is infinite (the bounds find the same and more)."""
-        lays, R = self.layouts, self.rows
+        R = self.rows
         order = np.lexsort((R.pp, -R.tp * R.cp)).tolist()  # stable, as sorted by fit_order
-        for i in order[:first]:  # a point at a time: fewer array operations than a batch's
+        return self._fits_in(R, self.layouts, order, first)
+
+    def _fits_in(self, rows: Rows, lays: Sequence[Layout], order: list[int], first: int) -> bool:
+        """Whether the least-memory point of some lays[i], i in `order`, fits (`rows`: the rows
+        of `lays`): the first `first` one by one (a point costs fewer array operations than a
+        batch), then the rest at once."""
+        for i in order[:first]:
             p = self.least_memory_point(lays[i])
-            if p is not None and self.cm.fits(p, self.rows, i):
+            if p is not None and self.cm.fits(p, rows, i):
                 return True
         rest = order[first:]
-        return bool(rest) and self._fits_any(self.rows, lays, rest)
+        return bool(rest) and self._fits_any(rows, lays, rest)
 
     def _fits_any(self, rows: Rows, lays: Sequence[Layout], at: Iterable[int]) -> bool:
         """Whether the least-memory point of some layout lays[i], i in `at`, fits; `rows`: the
