@@ -100,7 +100,10 @@ class PlannerServicer:
         )
 
     async def _solved(self, call: CallState, fn: Any, *args: Any) -> planner_pb2.PlanResponse:
-        status, answer = await self.rt.solve(call, "Plan", fn, *args)
+        return self._counted(*await self.rt.solve(call, "Plan", fn, *args))
+
+    def _counted(self, status: str, answer: planner_pb2.PlanResponse) -> planner_pb2.PlanResponse:
+        """A plan's answer, counted by its status in the metrics."""
         m = self.rt.metrics
         m.child(m.plans, status).inc()
         return answer
@@ -121,28 +124,30 @@ class PlannerServicer:
 
         async def worker() -> None:  # each worker takes the next request (shared iterator)
             ahead: tuple[int, Solve] | None = None  # solving, its answer not yet taken
+
+            async def answer_ahead() -> None:
+                nonlocal ahead
+                if ahead is not None:
+                    item, ahead = ahead, None
+                    await answers.put(await self._item_answer(*item, call))
+
             while True:
                 if ahead is not None and not self.rt.can_queue_behind(ahead[1]):
-                    await answers.put(await self._item_answer(*ahead, call))
-                    ahead = None
+                    await answer_ahead()
                 i = next(indices, None)  # taken only when it can start (or queue) now
                 if i is None:
                     break
                 solve = self._item_behind(ahead, i, request.requests[i], call)
                 if solve is None:
-                    if ahead is not None:
-                        await answers.put(await self._item_answer(*ahead, call))
-                        ahead = None
+                    await answer_ahead()
                     try:
                         solve = await self._item_begin(i, request.requests[i], call)
                     except Exception as err:  # noqa: BLE001  this item's answer
                         await answers.put(self._item_failed(i, err, call))
                         continue
-                if ahead is not None:
-                    await answers.put(await self._item_answer(*ahead, call))
+                await answer_ahead()
                 ahead = (i, solve)
-            if ahead is not None:
-                await answers.put(await self._item_answer(*ahead, call))
+            await answer_ahead()
 
         share = min(count, self.settings.solves_per_caller)
         workers = [asyncio.create_task(worker()) for _ in range(share)]
@@ -188,11 +193,9 @@ class PlannerServicer:
         self, index: int, solve: Solve, call: CallState
     ) -> planner_pb2.PlanBatchResponse:
         try:
-            status, answer = await self.rt.outcome(call, solve)
+            answer = self._counted(*await self.rt.outcome(call, solve))
         except Exception as err:  # noqa: BLE001  this item's answer
             return self._item_failed(index, err, call)
-        m = self.rt.metrics
-        m.child(m.plans, status).inc()
         return planner_pb2.PlanBatchResponse(index=index, result=answer)
 
     def _item_failed(
