@@ -43,7 +43,7 @@ def max_gpus() -> int:
 def _needs(sp: Space, check: Check) -> Iterator[tuple[Point, int]]:
     """Each layout's least-memory point and the memory it needs (model units), computed for
     _CHECK_EVERY layouts at a time, checking the stop event between them."""
-    lays = sp.all_layouts
+    lays = sp.layouts
     for i in range(0, len(lays), _CHECK_EVERY):
         check()
         yield from sp.least_memory_needs(lays[i : i + _CHECK_EVERY])
@@ -62,7 +62,7 @@ def feasible_at(sp: Space, check: Check = _never) -> bool:
     activations most (the largest tp·cp, then the fewest stages) first: they fit most often
     (measured on the throughput sweep's searches: the first that fits is among the first 8 in
     this order, median the first)."""
-    lays = sorted(sp.all_layouts, key=fit_order)
+    lays = sorted(sp.layouts, key=fit_order)
     for i in range(0, len(lays), _CHECK_EVERY):
         check()
         if sp.least_memory_fits(lays[i : i + _CHECK_EVERY], first=_ONE_BY_ONE if i == 0 else 0):
@@ -151,8 +151,9 @@ def reason(sp: Space, check: Check = _never) -> tuple[str, int]:
     p, need = f
     need *= MEMORY_UNIT
     c = p.config()
+    chunks = f" with {c.virtual_stages} virtual stages" if c.virtual_stages > 1 else ""
     return (
-        f"even tp={c.tp}, pp={c.pp}, cp={c.cp}, dp={c.dp}, ZeRO-{c.zero_stage}, "
+        f"even tp={c.tp}, pp={c.pp}{chunks}, cp={c.cp}, dp={c.dp}, ZeRO-{c.zero_stage}, "
         f"{c.recompute.value.lower()} recomputation and micro-batch {c.micro_batch_size} need "
         f"{_gib(need)} per GPU against {_gib(sp.cm.ctx.budget)} usable of {_gib(sp.H.hbm)} HBM "
         f"(after the {_gib(sp.cm.ctx.reserve_bytes)} reserve and "
@@ -202,7 +203,10 @@ class MinGpus:
                 hi_i = mid
             else:
                 lo_i = mid + 1
-        return cands[lo_i] if self.ok(cands[lo_i]) else hi
+        best = cands[lo_i] if self.ok(cands[lo_i]) else hi
+        # Divisibility breaks bisection most at counts with few factors (40 GPUs: pp of 5):
+        # the power-of-two counts below the answer, which admit the most layouts, are tried too.
+        return next((k for k in cands if k < best and k & (k - 1) == 0 and self.ok(k)), best)
 
 
 def min_gpus(rebuild: Callable[[int], Space], n: int, gpn: int, limit: int | None = None) -> int:

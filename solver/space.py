@@ -337,13 +337,25 @@ class Space:
     def least_memory_point(self, row: Layout) -> Point | None:
         """The row's point of least memory: memory falls with a higher ZeRO stage (of those the
         framework runs on the row), fuller recomputation, a smaller micro-batch and count, a
-        larger expert group and one chunk per stage, so this point bounds the row's others."""
-        bm = self._least_db.get(row.dp)
+        larger expert group and the fewest chunks per stage the search allows (one, unless
+        virtual_stages is pinned on a pipelined row), so this point bounds the row's others."""
+        v = self.search.virtual_stages if row.pp > 1 and self.search.virtual_stages else 1
+        bm = self._least_db.get(row.dp) if v == 1 else self._least_db_interleaved(row.dp, row.pp)
         te = self._least_te(row.tp, row.cp, row.dp)
         zs = self.zero_values(row)
         if bm is None or te is None or not zs:
             return None
-        return Point(row, 1, bm[0], bm[1], te[0], te[1], self._least_r, max(zs))
+        return Point(row, v, bm[0], bm[1], te[0], te[1], self._least_r, max(zs))
+
+    def _least_db_interleaved(self, dp: int, pp: int) -> tuple[int, int] | None:
+        """The smallest (b, M) of `db_all` with this dp whose count the interleaved schedule of
+        `pp` stages and the pinned virtual stages runs (pipeline_fits_batch), per (dp, pp) once."""
+        k = ("db", dp, pp)
+        if k not in self._zcache:
+            v = self.search.virtual_stages
+            ok = [x for x in self.db_all if x[0] == dp and self.pipeline_fits_batch((pp, v), x)]
+            self._zcache[k] = min((x[1:] for x in ok), default=None)
+        return self._zcache[k]
 
     @cached_property
     def _least_r(self) -> Recompute:

@@ -50,7 +50,8 @@ INFEASIBLE = {
 
 def _point_by_scans(sp: Space, row: Layout) -> Point | None:
     """The least-memory point as first written: list scans over every value of the space."""
-    dbs = [x for x in sp.db_all if x[0] == row.dp]
+    v = sp.search.virtual_stages if row.pp > 1 and sp.search.virtual_stages else 1
+    dbs = [x for x in sp.db_all if x[0] == row.dp and sp.pipeline_fits_batch((row.pp, v), x)]
     tes = [x for x in sp.te_all if x[0] == row.tp and folds(row.tp, row.cp, row.dp, *x[1:])]
     zs = sp.zero_values(row)
     if not dbs or not tes or not zs:
@@ -58,7 +59,7 @@ def _point_by_scans(sp: Space, row: Layout) -> Point | None:
     _, b, m = min(dbs, key=lambda x: (x[1], x[2]))
     _, e, et = max(tes, key=lambda x: (x[1] * x[2], x[1]))
     order = [Recompute.FULL, Recompute.SELECTIVE, Recompute.NONE]
-    return Point(row, 1, b, m, e, et, min(sp.rs, key=order.index), max(zs))
+    return Point(row, v, b, m, e, et, min(sp.rs, key=order.index), max(zs))
 
 
 def _needs_one_by_one(sp: Space) -> list[tuple[Point, int]]:
@@ -192,3 +193,35 @@ def test_the_counts_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     A, H, cm = _resolve(req)
     assert cache.fits_by_count(cm, req.training, req.search) == {}
     cache.clear()
+
+
+def test_a_pinned_virtual_stage_count_is_in_the_least_memory_point() -> None:
+    """With virtual_stages pinned, the least-memory point of a pipelined row has that many
+    chunks and a micro-batch count the interleaved schedule runs; the explanation names a
+    layout the pin allows (pp > 1), never the unpipelined one it forbids."""
+    req = PlanRequest.model_validate(_req("llama3-70b", 8, search={"virtual_stages": 2}))
+    A, H, cm = _resolve(req)
+    sp = Space.build(A, H, req.training, req.search, cm, prune=False)
+    pts = [p for p in map(sp.least_memory_point, sp.layouts) if p is not None]
+    assert pts and all(p.v == (2 if p.lay.pp > 1 else 1) for p in pts)
+    assert all(sp.pipeline_fits_batch((p.lay.pp, p.v), (p.lay.dp, p.b, p.M)) for p in pts)
+    got = plan(req)
+    assert got.status is PlanStatus.INFEASIBLE and got.explanation is not None
+    assert (
+        "pp=1," not in got.explanation.reason and "with 2 virtual stages" in got.explanation.reason
+    )
+
+
+def test_the_smallest_cluster_fits_though_a_count_between_does_not() -> None:
+    """Bisection over counts assumes more GPUs never hurt; divisibility breaks that (70B with 2
+    virtual stages fits 32 GPUs, not 40): the smallest count named is one that plans."""
+    pins = {"virtual_stages": 2}
+    got = plan(PlanRequest.model_validate(_req("llama3-70b", 24, search=pins)))
+    assert got.status is PlanStatus.INFEASIBLE and got.explanation is not None
+    assert got.explanation.min_gpus == 32
+
+    def status(n: int) -> PlanStatus:
+        return plan(PlanRequest.model_validate(_req("llama3-70b", n, search=pins))).status
+
+    assert status(32) is PlanStatus.OPTIMAL
+    assert status(40) is PlanStatus.INFEASIBLE  # where bisection between 24 and 48 looks first
