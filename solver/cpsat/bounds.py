@@ -194,18 +194,32 @@ def shape_bounds(tb: Tables, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndar
     low = tb.sums().low
     phi = tb.factor_matrix("db", "dom")  # (1 + db factors, |db|)
     cls = tb.cls["db"][rows]
+    done = []  # per class with shapes: its rows (positions in `rows`), shapes, first entry
+    at = 0
     for c in np.unique(cls).tolist():
         tb.check()
         ds = tb.members["db"][c]
-        if not len(ds):
-            continue
-        ix = np.flatnonzero(cls == c)
+        if len(ds):
+            ix = np.flatnonzero(cls == c)
+            done.append((ix, ds, at))
+            at += len(ix) * len(ds)
+    # every (row, shape) entry of every class, class by class and row-major, as one last axis:
+    # one `_combine` for all classes (elementwise: each entry's numbers are the same as alone)
+    nr, nz = split.shape[3:]
+    v = np.empty((len(low), 1, nr, nz, at))  # (sums, 1, |rs|, |zs|, entries)
+    for ix, ds, at in done:
         x = split[:, ix].transpose(0, 1, 3, 4, 2)  # (sums, rows, |rs|, |zs|, db factors)
-        v = (x.reshape(-1, x.shape[-1]) @ phi[:, ds]).reshape(*x.shape[:-1], len(ds))
-        z_ok = tb.z_ok[tb.cls["z"][rows[ix]]][:, None, :, None]
-        per = _combine(tb, _margin(v, low).__getitem__, z_ok).min(axis=(1, 2))
+        y = (x.reshape(-1, x.shape[-1]) @ phi[:, ds]).reshape(*x.shape[:-1], len(ds))
+        part = v[:, 0, :, :, at : at + len(ix) * len(ds)]
+        part.reshape(len(low), nr, nz, len(ix), len(ds))[...] = y.transpose(0, 2, 3, 1, 4)
+    row = np.concatenate([np.repeat(ix, len(ds)) for ix, ds, _ in done] or [np.zeros(0, int)])
+    z_ok = tb.z_ok[tb.cls["z"][rows[row]]].T[None, None]  # (1, 1, |zs|, entries)
+    for k, lk in enumerate(low.tolist()):  # one sum at a time: no temporary as large as v
+        _margin_own(v[k], lk)
+    per = _combine(tb, v.__getitem__, z_ok).min(axis=(1, 2))[0]
+    for ix, ds, at in done:
         for j, i in enumerate(ix.tolist()):
-            out[i] = (ds, per[j])
+            out[i] = (ds, per[at + j * len(ds) : at + (j + 1) * len(ds)])
     return out
 
 
