@@ -386,40 +386,51 @@ def fine_bounds(tb: Tables, rows: list[int], cap: float = np.inf) -> dict[int, F
     for part, zpos in parts:
         tb.check()
         lst = {a: [lists[a][i] for i in part] for a in lists}
-        every = _Batch(tb, [rows[i] for i in part], lst, zpos).bounds()  # (rows, r, Z, P, T, D)
+        batch = _Batch(tb, [rows[i] for i in part], lst, zpos)
+        every = batch.bounds()  # (rows, r, Z, P, T, D)
         # the least over the pipelines, and the first where it is reached, for the whole batch
         # at once: padded pipelines are inf, after the real ones, so neither changes
         least, where = every.min(axis=3), every.argmin(axis=3)  # (rows, r, Z, T, D)
+        n = len(part)
+        pos = batch.pos["pv"]  # (rows, P): each row's pipelines, then padding
+        where = pos[np.arange(n)[:, None, None, None, None], where]  # pipelines' positions
+        # db-major cells: (rows, D, T, r, Z); ZeRO stages the rows do not run are inf, at the
+        # first pipeline
+        least, where = least.transpose(0, 4, 3, 1, 2), where.transpose(0, 4, 3, 1, 2)
+        if len(zpos) < nz:
+            b = np.full((*least.shape[:4], nz), np.inf)
+            b[..., zpos] = least
+            w = np.repeat(pos[:, :1], least[0].size // len(zpos) * nz, axis=1)
+            w = w.reshape(b.shape)
+            w[..., zpos] = where
+            least, where = b, w
         for j, i in enumerate(part):
-            npv, nte, ndb = sizes[i]
-            b = np.full((nr, nz, nte, ndb), np.inf)
-            b[:, zpos] = least[j, :, :, :nte, :ndb]
-            best = np.zeros((nr, nz, nte, ndb), np.int64)  # no ZeRO stage: the first pipeline
-            best[:, zpos] = where[j, :, :, :nte, :ndb]
-            cells = nte * ndb
-            bounds = b.transpose(3, 2, 0, 1).reshape(cells, nr, nz)  # db-major
-            pv = lists["pv"][i][best].transpose(3, 2, 0, 1).reshape(cells, nr, nz)
+            _, nte, ndb = sizes[i]
+            bounds, pv = np.empty((nte * ndb, nr, nz)), np.empty((nte * ndb, nr, nz), np.int64)
+            bounds.reshape(ndb, nte, nr, nz)[...] = least[j, :ndb, :nte]
+            pv.reshape(ndb, nte, nr, nz)[...] = where[j, :ndb, :nte]
             got[i] = bounds, pv
     out = {}
+    none = np.full((0, nr, nz), np.inf), np.zeros((0, nr, nz), np.int64)  # no cell (shared)
     for i, (r, (_, rest)) in enumerate(zip(rows, within, strict=True)):
         rest = min(rest, groups[i][1])
-        npv, nte, ndb = sizes[i]
+        _, nte, ndb = sizes[i]
         cells = nte * ndb
+        te, db = lists["te"][i], lists["db"][i]
+        if not cells:
+            out[r] = Fine(rest, db[:0], te[:0], *none, None, rest, cap)
+            continue
         if i in got:
             bounds, pv = got[i]
         else:
             bounds = np.full((cells, nr, nz), np.inf)
             pv = np.zeros((cells, nr, nz), np.int64)
         at = None
-        bound = np.inf
-        if cells:
-            flat = int(bounds.reshape(-1).argmin())
-            bound = float(bounds.reshape(-1)[flat])
-            if bound < np.inf:
-                c, rz = divmod(flat, nr * nz)
-                at = (c, rz // nz, rz % nz)
-        te, db = lists["te"][i], lists["db"][i]
-        out[r] = Fine(
-            min(bound, rest), np.repeat(db, nte), np.tile(te, ndb), bounds, pv, at, rest, cap
-        )
+        flat = int(bounds.argmin())
+        bound = float(bounds.reshape(-1)[flat])
+        if bound < np.inf:
+            c, rz = divmod(flat, nr * nz)
+            at = (c, rz // nz, rz % nz)
+        tile = np.broadcast_to(te, (ndb, nte)).reshape(-1)  # te of each cell, db-major
+        out[r] = Fine(min(bound, rest), np.repeat(db, nte), tile, bounds, pv, at, rest, cap)
     return out
