@@ -131,7 +131,7 @@ def _combine(tb: Tables, v, z_ok: np.ndarray, zpos: list[int] | None = None) -> 
     axes it does not depend on: the least objective where every stage's memory fits (inf
     elsewhere), a whole number. `z_ok` broadcasts against v(0); `zpos`: the ZeRO stages (their
     positions in the space's) that the z axis holds, default all. One sum at a time, so large
-    batches stay in cache."""
+    batches stay in cache. Each v(k) is a new array of the caller's (v(0) is changed here)."""
     cm = tb.sp.cm
     t = v(0)
     fits = np.asarray(z_ok)
@@ -143,10 +143,14 @@ def _combine(tb: Tables, v, z_ok: np.ndarray, zpos: list[int] | None = None) -> 
             used = used + np.minimum(v(k), v(k + 1))
             k += 2
         fits = fits & (used <= cm.budget)
-    t = np.broadcast_to(t, np.broadcast_shapes(t.shape, fits.shape)).copy()
+    shape = np.broadcast_shapes(t.shape, fits.shape)
+    if t.shape != shape:  # else t is already v(0)'s own array, of the full shape
+        t = np.broadcast_to(t, shape).copy()
     for j, zj in enumerate(range(len(tb.sp.zs)) if zpos is None else zpos):
         t[:, :, j] += np.maximum(0.0, _at_z(v(k + 2 * zj), j) - _at_z(v(k + 2 * zj + 1), j))
-    return np.where(fits & ~np.isnan(t), np.floor(t), np.inf)
+    t = np.floor(t, out=t)  # a NaN stays NaN
+    t[~fits | np.isnan(t)] = np.inf
+    return t
 
 
 def _split(tb: Tables, rows: np.ndarray) -> np.ndarray:
