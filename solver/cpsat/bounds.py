@@ -272,20 +272,23 @@ class _Batch:
             a: tb.factor_matrix(a, "dom")[:, self.pos[a]].transpose(1, 0, 2)
             for a in ("pv", "te", "db")
         }
-        self._stack: list[tuple] | None = None
+        self._stack: list[list[tuple]] | None = None
 
-    def _stacked(self) -> list[tuple]:
-        """Per selector: its groups' starts at the batch's rows (and ZeRO stages) as (rows,
-        groups, |sel|), the factors at each entry per axis, and where each sum's groups lie
-        (groups are sorted by sum): gathered once for every sum `value` reads."""
+    def _stacked(self) -> list[list[tuple]]:
+        """Per sum: per selector holding groups of it, those groups' starts at the batch's rows
+        (and ZeRO stages) as (rows, groups, |sel|) and their factors at each entry per axis:
+        gathered once for every sum `value` reads (groups are sorted by sum)."""
         if self._stack is None:
             sums = self.tb.sums()
-            self._stack = []
+            self._stack = [[] for _ in range(len(sums.low))]
             for sel, (start, idx, owner) in sums.groups.items():
                 a = start[:, self.zpos][:, :, self.rows] if sel == "z" else start[:, :, self.rows]
+                a = a.transpose(2, 0, 1)
                 f = tuple(self.factors[ax][:, idx[i]] for i, ax in enumerate(FACTOR_AXES))
                 ends = np.searchsorted(owner, np.arange(len(sums.low) + 1)).tolist()
-                self._stack.append((sel, a.transpose(2, 0, 1), f, ends))
+                for c, (lo, hi) in enumerate(zip(ends[:-1], ends[1:], strict=True)):
+                    if lo < hi:
+                        self._stack[c].append((sel, a[:, lo:hi], *(x[:, lo:hi] for x in f)))
             self._low = sums.low.tolist()
         return self._stack
 
@@ -294,15 +297,12 @@ class _Batch:
         on the r or z axis when the sum does not depend on it: per selector, one batched matrix
         product, (starts x pipeline factors) by (expert x batch factors)."""
         n, nr, nz, npv, nte, ndb = self.shape
-        parts = [(sel, a, f, ends[c], ends[c + 1]) for sel, a, f, ends in self._stacked()]
-        parts = [x for x in parts if x[3] < x[4]]  # the selectors holding groups of sum c
+        parts = self._stacked()[c]  # the selectors holding groups of sum c
         sels = {sel for sel, *_ in parts}
         out = np.empty((n, nr if "r" in sels else 1, nz if "z" in sels else 1, npv, nte, ndb))
         first = True
-        for sel, a, (p, t, d), lo, hi in parts:
-            a = a[:, lo:hi]  # (rows, groups, |sel|)
+        for sel, a, p, t, d in parts:
             g, ns = a.shape[1:]
-            p, t, d = p[:, lo:hi], t[:, lo:hi], d[:, lo:hi]
             x = (a[:, :, :, None] * p[:, :, None, :]).reshape(n, g, ns * npv).transpose(0, 2, 1)
             y = (t[:, :, :, None] * d[:, :, None, :]).reshape(n, g, nte * ndb)
             val = np.matmul(x, y).reshape(n, ns, npv, nte, ndb)
