@@ -94,8 +94,11 @@ class Tables:
             sizes = ok.sum(axis=1, dtype=np.int64)
             flat = np.nonzero(ok)[1].astype(np.int64)  # row-major: class by class, in order
             ends = np.cumsum(sizes)
-            members[axis] = np.split(flat, ends[:-1]) if len(sizes) else []
             offsets = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+            # views of flat, as np.split gives them (its own loop costs more a class)
+            members[axis] = [
+                flat[a:b] for a, b in zip(offsets.tolist(), ends.tolist(), strict=True)
+            ]
             flats[axis] = (flat, offsets, sizes)
         z_ok = oks["z"]
         memo.update(cls=cls, members=members, flat=flats, z_ok=z_ok)
