@@ -97,7 +97,7 @@ class Tables:
             offsets = np.concatenate([[0], ends[:-1]]).astype(np.int64)
             # views of flat, as np.split gives them (its own loop costs more a class)
             members[axis] = [
-                flat[a:b] for a, b in zip(offsets.tolist(), ends.tolist(), strict=True)
+                flat[e - n : e] for e, n in zip(ends.tolist(), sizes.tolist(), strict=True)
             ]
             flats[axis] = (flat, offsets, sizes)
         z_ok = oks["z"]
