@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -101,7 +101,7 @@ def catalog(msg: planner_pb2.ListCatalogResponse) -> Catalog:
 
 def new_request_id() -> str:
     """A fresh id sent as x-request-id, logged by the server, carried by errors."""
-    return uuid.uuid4().hex[:16]
+    return os.urandom(8).hex()  # 16 hex digits, as uuid4().hex[:16] (~10 us) but cheaper
 
 
 class PlannerClient(SchedulerClient):

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, NoReturn, TypeVar
 
 import grpc
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 from pydantic import BaseModel, ValidationError
 
@@ -70,6 +71,8 @@ def bad(field: str, description: str) -> NoReturn:
 def check_strings(message: Message, max_chars: int, prefix: str = "") -> None:
     """INVALID_ARGUMENT for the first string field longer than `max_chars`, at any depth."""
     for field, value in message.ListFields():
+        if field.type not in _TEXT and not _holds_text(field.message_type):
+            continue  # a number, or a message with no string at any depth
         path = f"{prefix}.{field.name}" if prefix else field.name
         items = value if field.is_repeated else [value]
         for i, item in enumerate(items):
@@ -81,6 +84,18 @@ def check_strings(message: Message, max_chars: int, prefix: str = "") -> None:
                     where,
                     f"is {len(item):,} characters long, more than {max_chars} (got {echo(item)})",
                 )
+
+
+_TEXT = (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES)
+
+
+@cache
+def _holds_text(desc: Descriptor | None, _seen: frozenset[str] = frozenset()) -> bool:
+    """Whether messages of `desc` can hold a string or bytes field at any depth."""
+    if desc is None or desc.full_name in _seen:
+        return False
+    seen = _seen | {desc.full_name}
+    return any(f.type in _TEXT or _holds_text(f.message_type, seen) for f in desc.fields)
 
 
 def check_message(request: object, max_chars: int, prefix: str = "") -> Message:

@@ -100,6 +100,9 @@ class Runtime:
         m.child(m.call_seconds, call.method).observe(elapsed)
         if status == "RESOURCE_EXHAUSTED":
             m.child(m.rejected, call.method).inc()
+        level = logging.ERROR if error is not None else logging.INFO
+        if not log.isEnabledFor(level):  # the line's fields are not even built
+            return
         fields: dict[str, Any] = {
             "method": call.method,
             "request_id": call.request_id,
@@ -114,7 +117,7 @@ class Runtime:
             fields["error"] = shorten(f"{type(error).__name__}: {error}{where}", 300)
             log.debug("request_id=%s", call.request_id, exc_info=error)
         log.log(
-            logging.ERROR if error is not None else logging.INFO,
+            level,
             "method=%s request_id=%s status=%s",
             call.method,
             call.request_id,

@@ -8,6 +8,7 @@ process of the machine shares, so the time a request waited for a worker is not 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import threading
@@ -161,6 +162,20 @@ def invalid(err: Exception, req: Any, prefix: str = "") -> RpcFailure:
 
 
 def _takes_stop_event(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` accepts `stop_event`: read once per function (inspect.signature took
+    ~0.05 ms, a twentieth of a cached plan's round trip), then remembered."""
+    try:
+        return _stop_event_params(fn)
+    except TypeError:  # unhashable: not remembered
+        return _accepts_stop_event(fn)
+
+
+@functools.lru_cache(maxsize=64)
+def _stop_event_params(fn: Callable[..., Any]) -> bool:
+    return _accepts_stop_event(fn)
+
+
+def _accepts_stop_event(fn: Callable[..., Any]) -> bool:
     try:
         return "stop_event" in inspect.signature(fn).parameters
     except (TypeError, ValueError):
