@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import grpc
+from grpc.experimental import ChannelOptions
 
 from meshplan.client.security import Security
 
@@ -91,6 +92,8 @@ def open_channel(
     would go in plaintext to another machine."""
     security.check(target)
     options = channel_options(max_attempts) + security.options()
+    if not aio:  # a PlanBatch stream read on the caller's thread, no hand-off per answer
+        options.append((ChannelOptions.SingleThreadedUnaryStream, 1))
     creds = security.credentials()
     grpc_ = grpc.aio if aio else grpc
     if creds is None:
