@@ -21,6 +21,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
@@ -108,8 +109,21 @@ class ThreadRunner:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="meshplan-solve")
 
     def start(self, fn: Callable[..., T], *args: Any, stop: threading.Event) -> asyncio.Future[T]:
-        call = partial(_then_settle, fn, *args, stop=stop)
-        return asyncio.get_running_loop().run_in_executor(self.pool, call)
+        # The thread hands its outcome to the loop in one call_soon_threadsafe, not through a
+        # concurrent.futures.Future chained to this one (run_in_executor): less work per solve.
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def run() -> None:
+            try:
+                outcome: tuple[bool, Any] = (True, _then_settle(fn, *args, stop=stop))
+            except BaseException as err:  # noqa: BLE001  handed to the awaiting coroutine
+                outcome = (False, err)
+            _post(loop, _settle_future, future, outcome)
+
+        work = self.pool.submit(run)
+        work.add_done_callback(lambda w: w.cancelled() and _post(loop, future.cancel))
+        return future
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -125,3 +139,18 @@ class ThreadRunner:
 
     def running(self, future: asyncio.Future[Any]) -> bool:
         return False
+
+
+def _settle_future(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+    if future.done():  # cancelled when the pool shut down
+        return
+    ok, value = outcome
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+def _post(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> None:
+    with suppress(RuntimeError):  # the loop is closed: nobody awaits the outcome any more
+        loop.call_soon_threadsafe(callback, *args)
