@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from meshplan.solver.costmodel.context import ACT_BYTES, Ctx
-from meshplan.solver.costmodel.point import LayoutOrRows, maximum, pick
+from meshplan.solver.costmodel.point import LayoutOrRows, maximum, per_rows, pick
 from meshplan.solver.schema import Recompute
 
 SEED002_ELEMENTS = 12  # activation elements per token per layer, in units of h (seed 002)
@@ -40,7 +40,12 @@ TEXTBOOK = ("seed002", "korthikanti")
 
 def per_token(c: Ctx, lay: LayoutOrRows, r: Recompute) -> np.ndarray:
     """Activation bytes per token per layer on one GPU: the mean over layers with pp = 1, the
-    heavier of a dense and an MoE layer otherwise (a stage may hold either)."""
+    heavier of a dense and an MoE layer otherwise (a stage may hold either). Over rows,
+    computed once per recomputation."""
+    return per_rows(_per_token, c, lay, r)
+
+
+def _per_token(c: Ctx, lay: LayoutOrRows, r: Recompute) -> np.ndarray:
     A = c.A
     if r is Recompute.FULL:
         return 2.0 * A.h / _sp(lay)  # the layer input checkpoint only

@@ -9,7 +9,7 @@ import numpy as np
 
 from meshplan.solver.costmodel.context import Ctx
 from meshplan.solver.costmodel.memory import _extras, _layer_params
-from meshplan.solver.costmodel.point import Layout, LayoutOrRows, maximum, pick
+from meshplan.solver.costmodel.point import LayoutOrRows, maximum, per_rows, pick
 from meshplan.solver.costmodel.rates import BUCKET, Rates, _etp
 from meshplan.solver.costmodel.terms import Term
 from meshplan.solver.costmodel.timing_axes import _Axes
@@ -68,13 +68,7 @@ def dp_params(c: Ctx, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray, np.nda
     """(per-layer dense parameters on one GPU, per-layer expert parameters of all experts, extra
     parameters on one GPU) of the heaviest stage; a GPU holds 1/(ep·etp) of the experts. Over
     rows, computed once per request's context (kept in the rows' memo: a dozen terms read it)."""
-    if isinstance(lay, Layout):
-        return _dp_params(c, lay)
-    k = (dp_params, id(c))
-    got = lay.memo.get(k)
-    if got is None or got[0] is not c:  # the context is kept too, so its id stays unique
-        got = lay.memo[k] = (c, _dp_params(c, lay))
-    return got[1]
+    return per_rows(_dp_params, c, lay)
 
 
 def _dp_params(c: Ctx, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -100,14 +94,23 @@ def _dp_volume(c: Ctx, z: int) -> tuple[float, float]:
     }[z]
 
 
+def _ring(R: Rates, lay: LayoutOrRows) -> np.ndarray:
+    """Latency of one all-gather or reduce-scatter over the dp·cp group."""
+    n = lay.dp * lay.cp
+    return pick(n == 1, 0.0, R.ring_latency(n, lay.tp * lay.cp * lay.dp))
+
+
+def _dp_group(R: Rates, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray]:
+    """(size, bandwidth per GPU) of the dp·cp group's ring."""
+    g = lay.dp * lay.cp
+    return g, R.group_bw(g, lay.tp)
+
+
 def _dp_latency(c: Ctx, R: Rates, z: int, x: _Axes) -> list[Term]:
     """Step latencies of the dp collectives: per layer per micro-batch under ZeRO-3 (FSDP
     gathers each layer forward and backward and reduce-scatters it), else per bucket."""
     fx = x.fx
-
-    def ring(lay: LayoutOrRows) -> np.ndarray:
-        n = lay.dp * lay.cp
-        return pick(n == 1, 0.0, R.ring_latency(n, lay.tp * lay.cp * lay.dp))
+    ring = lambda lay: per_rows(_ring, R, lay)  # noqa: E731
 
     def buckets(params: np.ndarray, lay: LayoutOrRows) -> np.ndarray:
         return params / maximum(BUCKET, 1_000_000 * lay.dp * lay.cp)
@@ -138,14 +141,14 @@ def dp_terms(c: Ctx, R: Rates, z: int) -> tuple[list[Term], list[Term]]:
     fx, pt = x.fx, x.pt
 
     def coef(lay: LayoutOrRows, nb: float) -> np.ndarray:
-        g = lay.dp * lay.cp
-        return pick(g == 1, 0.0, nb * (g - 1) / g / R.group_bw(g, lay.tp) * fx(lay))
+        g, bw = per_rows(_dp_group, R, lay)
+        return pick(g == 1, 0.0, nb * (g - 1) / g / bw * fx(lay))
 
     # Expert-data-parallel group tp·cp·dp/(ep·etp): a ring moves (1/(ep·etp) − 1/(tp·cp·dp)) of
     # the experts' parameters per GPU (Megatron-Core MoE parallel folding).
     def coef_exp(lay: LayoutOrRows, nb: float) -> np.ndarray:
-        g = lay.dp * lay.cp
-        return pick(g == 1, 0.0, nb / R.group_bw(g, lay.tp) * fx(lay))
+        g, bw = per_rows(_dp_group, R, lay)
+        return pick(g == 1, 0.0, nb / bw * fx(lay))
 
     once, per_mb = _dp_volume(c, z)
     comm: list[Term] = []

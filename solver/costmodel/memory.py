@@ -18,7 +18,7 @@ import numpy as np
 
 from meshplan.solver.costmodel import activations
 from meshplan.solver.costmodel.context import ACT_BYTES, Ctx, n_chunk, n_stage
-from meshplan.solver.costmodel.point import LayoutOrRows, maximum, pick
+from meshplan.solver.costmodel.point import LayoutOrRows, maximum, per_rows, pick
 from meshplan.solver.costmodel.terms import BatchFactor, Term
 from meshplan.solver.profiles import profile_of
 from meshplan.solver.schema import Recompute
@@ -28,7 +28,12 @@ DTENSOR_HEAD = ("torchtitan", "kempnerforge")  # loss parallelism all-gathers th
 
 
 def _layer_params(c: Ctx, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray]:
-    """(tp-sharded, expert) parameters of one layer on the heaviest stage: mean if pp=1."""
+    """(tp-sharded, expert) parameters of one layer on the heaviest stage: mean if pp=1 (over
+    rows, computed once: a dozen terms read it)."""
+    return per_rows(_layer_params_of, c, lay)
+
+
+def _layer_params_of(c: Ctx, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray]:
     A = c.A
     dense = A.n_dense_layers * A.dense_layer_params + A.n_moe_layers * A.moe_layer_dense_params
     mean = (dense / A.L, A.n_moe_layers * A.moe_layer_expert_params / A.L)
@@ -44,15 +49,25 @@ def _layer_params(c: Ctx, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _extras(c: Ctx, lay: LayoutOrRows, stage: str) -> np.ndarray:
-    """Embedding (first stage) and output layer + final norm (last stage), parameters per GPU.
+    """Embedding (first stage) and output layer + final norm (last stage), parameters per GPU
+    (over rows, computed once per stage).
 
     The output layer is column-parallel over tp; the embedding is vocab-parallel unless the
     recipe replicates it (KempnerForge)."""
+    return per_rows(_extras_of, c, lay, stage)
+
+
+def _extras_of(c: Ctx, lay: LayoutOrRows, stage: str) -> np.ndarray:
     A = c.A
     one = lay.pp == 1
     embed = A.embed_params / (lay.tp if c.recipe.vocab_parallel else 1)
     head = pick(A.tied & one, A.h, A.V * A.h + A.h) / lay.tp
     return pick(one, embed + head, embed if stage == "first" else head)
+
+
+def _dense_tp(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
+    """Dense parameters of one layer of the heaviest stage on one GPU."""
+    return _layer_params(c, lay)[0] / lay.tp
 
 
 def _kv_gathered(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
@@ -99,7 +114,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     A, rc = c.A, c.recipe
     pv_stage = lambda pv: n_stage(A.L, pv[0], pv[1])  # noqa: E731
     inv_group = lambda te: Fraction(1, te[1] * te[2])  # noqa: E731  experts over ep·etp
-    dense_tp = lambda lay: _layer_params(c, lay)[0] / lay.tp  # noqa: E731
+    dense_tp = lambda lay: per_rows(_dense_tp, c, lay)  # noqa: E731
     expert = lambda lay: _layer_params(c, lay)[1]  # noqa: E731
     for tenant, nbytes, k in (("weights", c.wb, 3), ("gradients", c.gb, 2), ("optimizer", c.ob, 1)):
         if nbytes == 0:

@@ -108,6 +108,17 @@ class Point:
             return self.z
         raise KeyError(name)
 
+    def axes(self) -> dict[str, object]:
+        """`axis(name)` of every name at once (for reading many terms at one point)."""
+        lay = self.lay
+        return {
+            "pv": (lay.pp, self.v),
+            "db": (lay.dp, self.b, self.M),
+            "te": (lay.tp, self.ep, self.etp),
+            "r": self.r,
+            "z": self.z,
+        }
+
     def config(self) -> ParallelConfig:
         return ParallelConfig(
             tp=self.lay.tp,
@@ -155,10 +166,35 @@ def minimum(a, b):  # noqa: ANN001, ANN201
     return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
 
 
+_BROADCAST: dict[tuple[str, int], np.ndarray] = {}  # (float.hex(), n) -> read-only array
+
+
 def full(x: object, n: int) -> np.ndarray:
-    """A start or per-row quantity as a float array over n rows (a scalar is the same for all)."""
+    """A start or per-row quantity as a float array over n rows (a scalar is the same for all;
+    a Python float's read-only broadcast is kept, by its bits: a few constants recur)."""
+    if type(x) is float:
+        k = (x.hex(), n)
+        got = _BROADCAST.get(k)
+        if got is None:
+            if len(_BROADCAST) >= 1024:
+                _BROADCAST.clear()
+            got = _BROADCAST[k] = np.broadcast_to(np.float64(x), (n,))
+        return got
     a = np.asarray(x, dtype=np.float64)
     return a if a.shape == (n,) else np.broadcast_to(a, (n,))
+
+
+def per_rows(fn: Callable[..., Any], c: object, lay: LayoutOrRows, *args: object) -> Any:
+    """fn(c, lay, *args), a per-row quantity of a request's context (or rates) `c`: over `Rows`
+    computed once and kept in their memo (by fn, c's id and args; c is kept with the value, so
+    its id stays unique), over a single Layout computed each time. Callers must not modify it."""
+    if isinstance(lay, Layout):
+        return fn(c, lay, *args)
+    k = (fn, id(c), *args)
+    got = lay.memo.get(k)
+    if got is None or got[0] is not c:
+        got = lay.memo[k] = (c, fn(c, lay, *args))
+    return got[1]
 
 
 def rowwise(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -152,6 +152,12 @@ class Group:
     key: Callable[[object], object]
     factors: tuple[Factor | None, ...]
     terms: list[Term] = field(default_factory=list)
+    # (axis, factor) of the factors present, in FACTOR_AXES order: what `Compiled.value` applies
+    chain: tuple[tuple[str, Factor], ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        pairs = zip(FACTOR_AXES, self.factors, strict=True)
+        self.chain = tuple((ax, fn) for ax, fn in pairs if fn is not None)
 
     def int_starts(self, rows: Rows, keyval: object, scale: float, up: bool) -> np.ndarray:
         """The group's integer start over every row: each term's start scaled and rounded, then
@@ -205,6 +211,7 @@ class Fractions:
 
     def __init__(self) -> None:
         self._memo: dict[tuple[Factor, object], Fraction] = {}
+        self._pairs: dict[tuple[Factor, object], tuple[int, int]] = {}
         self._arrays: OrderedDict[tuple[Factor, int], tuple] = OrderedDict()
 
     def __call__(self, fn: Factor, v: object) -> Fraction:
@@ -213,6 +220,15 @@ class Fractions:
         if f is None:
             f = self._memo[k] = fn(v)
         return f
+
+    def pair(self, fn: Factor, v: object) -> tuple[int, int]:
+        """(numerator, denominator) of `self(fn, v)` as Python integers, kept."""
+        k = (fn, v)
+        got = self._pairs.get(k)
+        if got is None:
+            f = self(fn, v)
+            got = self._pairs[k] = (f.numerator, f.denominator)
+        return got
 
     def arrays(self, fn: Factor, domain: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
         """(numerators, denominators) over a domain of axis values (int64, or Python integers
@@ -284,9 +300,20 @@ class Compiled:
         return self._chain(x, g.factors, p)
 
     def value(self, p: Point, rows: Rows | None = None, i: int = 0) -> int:
-        """The integer value at p, whose layout is row i of `rows` (default: p's layout alone)."""
+        """The integer value at p, whose layout is row i of `rows` (default: p's layout alone):
+        the sum of `group_value` over the groups, with p's axis values read once and each
+        factor applied as `apply` does, from its kept (numerator, denominator)."""
         rows = Rows.one(p.lay) if rows is None else rows
-        return sum(self.group_value(g, p, rows, i) for g in self.groups)
+        scale, up, pair, axes = self.scale, self.up, self.fracs.pair, p.axes()
+        total = 0
+        for g in self.groups:
+            kv = g.key(axes[g.sel]) if g.sel else None
+            x = int(g.int_starts(rows, kv, scale, up)[i])
+            for ax, fn in g.chain:
+                num, den = pair(fn, axes[ax])
+                x = -((-x * num) // den) if up else (x * num) // den
+            total += x
+        return total
 
     def by_name(self, p: Point, rows: Rows | None = None, i: int = 0) -> dict[str, int]:
         """Integer value per term name (groups split back by term; used for memory tenants)."""

@@ -9,13 +9,18 @@ from fractions import Fraction
 import numpy as np
 
 from meshplan.solver.costmodel.context import Ctx, n_chunk, n_stage
-from meshplan.solver.costmodel.point import Layout, LayoutOrRows
+from meshplan.solver.costmodel.point import Layout, LayoutOrRows, per_rows
 from meshplan.solver.costmodel.terms import BatchFactor, Term
 
 
 def _per_token(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     """Seconds per token-in-micro-batch -> seconds per token of the step: s/cp tokens / (dp·s)."""
     return (c.s / lay.cp) / (lay.dp * c.s)
+
+
+def _per_mb(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
+    """Seconds per micro-batch -> seconds per token of the step: 1/(dp·s)."""
+    return 1.0 / (lay.dp * c.s)
 
 
 def _ratio(x: float) -> Fraction:
@@ -41,8 +46,8 @@ class _Axes:
         self.inv_b = BatchFactor.of(-1, 0)
         self.inv_m = BatchFactor.of(0, -1)
         self.inv_bm = BatchFactor.of(-1, -1)
-        self.pt = lambda lay: _per_token(c, lay)
-        self.fx = lambda lay: 1.0 / (lay.dp * c.s)  # per micro-batch -> per step token
+        self.pt = lambda lay: per_rows(_per_token, c, lay)
+        self.fx = lambda lay: per_rows(_per_mb, c, lay)
 
 
 def _tp_only(lay_tp: int) -> Layout:
