@@ -83,3 +83,24 @@ def test_full_keeps_the_bits_of_a_float() -> None:
     assert not z.flags.writeable
     a = np.arange(3.0)
     assert full(a, 3) is a
+
+
+def test_float_terms_and_by_name_are_term_by_term() -> None:
+    sp = _space(*CASES[1])
+    rows = Rows.of(sp.layouts)
+    at = {lay: i for i, lay in enumerate(sp.layouts)}
+    pts = list(islice(sp.points(), 0, 20000, 211))
+    for comp, _ in sp.cm.sums():
+        for p in pts:
+            i = at[p.lay]
+            want = [t.float_value(p, rows, i) for g in comp.groups for t in g.terms]
+            assert comp.float_terms(p, rows, i) == want
+            names: dict[str, int] = {}
+            for g in comp.groups:
+                kv = g.key(p.axis(g.sel)) if g.sel else None
+                for t in g.terms:
+                    x = int(np.ceil(t.starts(rows, kv)[i] * comp.scale))
+                    if not comp.up:
+                        x = int(np.floor(t.starts(rows, kv)[i] * comp.scale))
+                    names[t.name] = names.get(t.name, 0) + comp._chain(x, g.factors, p)
+            assert comp.by_name(p, rows, i) == names

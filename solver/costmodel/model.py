@@ -296,9 +296,9 @@ class CostModel:
         """Seconds per token by component (the dp exposure is max(0, comm − credit))."""
         rows = self._at(p, rows)
         out = dict.fromkeys(COMPONENTS, 0.0)
-        for g in self.objective.groups:
-            for t in g.terms:
-                out[t.name] += t.float_value(p, rows, i)
+        names = (t.name for g in self.objective.groups for t in g.terms)
+        for name, x in zip(names, self.objective.float_terms(p, rows, i), strict=True):
+            out[name] += x
         comm, credit = self.dp[p.z]
         out["dp_comm"] = max(0.0, comm.float_value(p, rows, i) - credit.float_value(p, rows, i))
         return out

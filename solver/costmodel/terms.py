@@ -322,13 +322,29 @@ class Compiled:
         for g in self.groups:
             kv = self._keyval(g, p)
             for t in g.terms:
-                x = int(round_ints(t.starts(rows, kv)[i : i + 1] * self.scale, self.up)[0])
+                if len(g.terms) == 1:  # the group's integer start is the term's (kept)
+                    x = g.start_int(rows, i, kv, self.scale, self.up)
+                else:
+                    x = int(round_ints(t.starts(rows, kv)[i : i + 1] * self.scale, self.up)[0])
                 out[t.name] = out.get(t.name, 0) + self._chain(x, g.factors, p)
         return out
 
-    def float_value(self, p: Point, rows: Rows | None = None, i: int = 0) -> float:
+    def float_terms(self, p: Point, rows: Rows | None = None, i: int = 0) -> list[float]:
+        """`Term.float_value` of each term, in order (group by group), with the factors'
+        values read from `fracs` (the same rationals: the same floats)."""
         rows = Rows.one(p.lay) if rows is None else rows
-        return sum(t.float_value(p, rows, i) for g in self.groups for t in g.terms)
+        axes, fr, out = p.axes(), self.fracs, []
+        for g in self.groups:
+            kv = g.key(axes[g.sel]) if g.sel else None
+            for t in g.terms:
+                x = float(t.starts(rows, kv)[i])
+                for ax, fn in g.chain:
+                    x *= float(fr(fn, axes[ax]))
+                out.append(x)
+        return out
+
+    def float_value(self, p: Point, rows: Rows | None = None, i: int = 0) -> float:
+        return sum(self.float_terms(p, rows, i))
 
     # ---- many points at once -------------------------------------------------------------
     def values(self, rows: Rows, at: Points) -> np.ndarray:
