@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from meshplan.solver.costmodel.point import Rows, full
+from meshplan.solver.costmodel.terms import Compiled, Points
 from meshplan.solver.planner import _resolve
 from meshplan.solver.schema import PlanRequest, Recompute
 from meshplan.solver.space import Space
@@ -104,3 +105,20 @@ def test_float_terms_and_by_name_are_term_by_term() -> None:
                         x = int(np.floor(t.starts(rows, kv)[i] * comp.scale))
                     names[t.name] = names.get(t.name, 0) + comp._chain(x, g.factors, p)
             assert comp.by_name(p, rows, i) == names
+
+
+@pytest.mark.parametrize("scale", [None, 1e13, 1e17])
+def test_values_at_many_points_are_value_at_each(scale: float | None) -> None:
+    """The gathered form (every product within int64, or past it: apply_many's checks, Python
+    integers) gives each point's `value`; huge scales force the checked paths."""
+    sp = _space(*CASES[1])
+    rows = Rows.of(sp.layouts)
+    at = {lay: i for i, lay in enumerate(sp.layouts)}
+    pts = list(islice(sp.points(), 0, 20000, 53))
+    many = Points.of(pts, [at[p.lay] for p in pts])
+    for comp, _ in sp.cm.sums():
+        if scale is not None:
+            comp = Compiled(scale, comp.up, comp.groups, comp.fracs)
+        got = comp.values(rows, many)
+        want = [comp.value(p, rows, at[p.lay]) for p in pts]
+        assert [int(v) for v in got] == want
