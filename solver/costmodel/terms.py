@@ -375,35 +375,25 @@ class Compiled:
             self._key_memo.popitem(last=False)
         return uniq, which
 
-    def _table(self, g: Group, rows: Rows, kvs: tuple) -> tuple[np.ndarray, int | None]:
-        """The group's integer starts for each key value, stacked (one row per key value), and
-        the largest magnitude among them (None: Python integers), kept in the rows' memo."""
-        k = (g, "table", kvs, self.scale, self.up)
-        got = rows.memo.get(k)
-        if got is None:
-            t = np.stack([g.int_starts(rows, kv, self.scale, self.up) for kv in kvs])
-            top = None if t.dtype == object else int(np.abs(t).max(initial=0))
-            got = rows.memo[k] = (t, top)
-        return got
-
     def group_values(self, g: Group, rows: Rows, at: Points) -> np.ndarray:
-        """`group_value` at every point: the start of each point's key value, gathered at once,
-        then the factors. When (largest start + 1) · Π max(|numerator|) < MUL_SAFE no product
-        can overflow int64 (each step's magnitude is at most the last one's times |numerator|),
-        so the factors are applied without `apply_many`'s check at each step (same integers)."""
+        """`group_value` at every point. When (largest |start| + 1) · Π max(|numerator|) <
+        MUL_SAFE no product can overflow int64 (each step's magnitude is at most the last one's
+        times |numerator|), so the factors are applied without `apply_many`'s check at each
+        step (the same integers)."""
         if g.sel is None:
-            t, top = self._table(g, rows, (None,))
-            x = t[0][at.row]
+            x = g.int_starts(rows, None, self.scale, self.up)[at.row]
         else:
             k = (g.key, g.sel)
             got = at.memo.get(k)  # groups sharing a key share each point's key position
             if got is None:
                 dom, idx = at.axes[g.sel]
                 uniq, which = self._keys(g.key, dom)
-                got = at.memo[k] = (tuple(uniq), which[idx])
+                got = at.memo[k] = (uniq, which[idx])
             uniq, which = got
-            t, top = self._table(g, rows, uniq)
-            x = t[which, at.row]
+            x = None
+            for j, kv in enumerate(uniq):
+                part = g.int_starts(rows, kv, self.scale, self.up)[at.row]
+                x = part if x is None else np.where(which == j, part, x)
         facs = []
         for ax, fn in g.chain:
             got = at.memo.get(fn)  # groups sharing a factor share its values at the points
@@ -414,7 +404,7 @@ class Compiled:
                 most = None if num.dtype == object else max(int(np.abs(num).max(initial=0)), 1)
                 got = at.memo[fn] = (num, den, most)
             facs.append(got)
-        bound = None if top is None else top + 1
+        bound = None if x.dtype == object or not len(x) else int(np.abs(x).max()) + 1
         for _, _, most in facs:
             bound = None if bound is None or most is None else bound * most
         if bound is not None and bound < MUL_SAFE:
