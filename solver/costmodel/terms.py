@@ -109,6 +109,8 @@ class BatchFactor:
                 num = num * x
             elif e < 0:
                 den = den * x
+        if self.b * self.m >= 0:  # num or den is all ones: already in lowest terms
+            return num, den
         g = np.gcd(num, den)
         return num // g, den // g
 
