@@ -20,7 +20,6 @@ from meshplan.solver.costmodel.terms import (
     Compiled,
     Factor,
     Group,
-    Points,
     int_starts_many,
 )
 from meshplan.solver.cpsat.bounds import Fine, Sums, fine_bounds, shape_bounds, stack_sums
@@ -281,37 +280,31 @@ class Tables:
         return f.bound if f is not None else float(self.coarse()[row])
 
     def improve_cap(self, rows: list[int]) -> None:
-        """Score the guesses of these rows exactly (many at once; each once across requests)
-        and lower the cap to the best that fits: the best point known so far (`self.best`)."""
-        found = [  # a guess costs at least its row's bound: only those below the cap can lower it
+        """Score the guesses of these rows exactly (each once across requests) and lower the cap
+        to the best that fits: the best point known so far (`self.best`). A guess costs at least
+        its row's fine bound, so the guesses are scored in order of bound, until the next bound
+        exceeds the best fitting objective found (a guess past it can neither beat nor tie it):
+        the same least objective, and of equal ones the first row's, as scoring every guess."""
+        found = [  # only guesses whose bound is below the cap can lower it
             (r, f)
             for r in rows
             if (f := self._fine.get(r)) is not None and f.at is not None and f.bound < self.cap
         ]
         scores = self.memo["scores"]  # (row, cap of its fine bounds): objective, inf if no fit
-        new = [(r, f) for r, f in found if (r, f.upto) not in scores]
-        if len(new) == 1:  # one point: the cost model's point path (the same integers, cheaper)
-            ((r, f),) = new
-            got = self.score(self._point(r, f))
-            scores[(r, f.upto)] = np.inf if got is None else float(got)
-        elif new:
-            at = [(f.db[f.at[0]], f.te[f.at[0]], f.pv[f.at], f.at[1], f.at[2]) for _, f in new]
-            pts = Points(
-                np.array([r for r, _ in new], dtype=np.int64),
-                {
-                    a: (self.domain[a], np.array([x[k] for x in at], dtype=np.int64))
-                    for k, a in enumerate(("db", "te", "pv", "r", "z"))
-                },
-            )
-            cm = self.sp.cm
-            obj = np.where(cm.fits_many(self.rows, pts), cm.objective_ints(self.rows, pts), np.inf)
-            scores.update(((r, f.upto), float(o)) for (r, f), o in zip(new, obj, strict=True))
-        if not found:
-            return
-        obj = [scores[(r, f.upto)] for r, f in found]
-        j = int(np.argmin(obj))
-        if obj[j] < self.cap:
-            self.cap = float(obj[j])
+        best, j = np.inf, -1
+        order = sorted(range(len(found)), key=lambda k: found[k][1].bound)  # stable
+        for k in order:
+            r, f = found[k]
+            if f.bound > best:
+                break
+            got = scores.get((r, f.upto))
+            if got is None:  # the cost model's point path (it keeps the points it scored)
+                s = self.score(self._point(r, f))
+                got = scores[(r, f.upto)] = np.inf if s is None else float(s)
+            if got < best or (got == best and k < j):
+                best, j = got, k
+        if best < self.cap:
+            self.cap = best
             self.best = self.guess(found[j][0])
 
     def score(self, p: Point) -> int | None:
