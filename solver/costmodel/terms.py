@@ -13,6 +13,7 @@ single layout is a one-row table), and the integer arithmetic over many points a
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -73,6 +74,7 @@ class BatchFactor:
     def __init__(self, b: int, m: int) -> None:
         self.b, self.m = b, m
         self._memo: dict[tuple[int, int, int], Fraction] = {}  # shared by every cost model
+        self._arrays: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # by domain number
 
     @classmethod
     def of(cls, b: int, m: int) -> BatchFactor:
@@ -92,16 +94,44 @@ class BatchFactor:
             got = self._memo[db] = Fraction(num, den)
         return got
 
-    _domains: dict[int, tuple[Sequence, np.ndarray]] = {}  # id -> (values, int64 (n, 3))
+    # id -> (values, their number, int64 (n, 3)); values -> number: shared by every factor
+    _domains: dict[int, tuple[Sequence, int, np.ndarray]] = {}
+    _numbers: dict[tuple, int] = {}
+    _count = itertools.count()  # numbers are never reused (a clear cannot alias)
+
+    @classmethod
+    def _domain(cls, values: Sequence[tuple[int, int, int]]) -> tuple[int, np.ndarray]:
+        """The domain's number (equal values, equal number) and int64 (n, 3) array: found by
+        the domain's identity (the last few domains, kept so that their ids stay unique;
+        domains are not changed once made), else by its values."""
+        got = cls._domains.get(id(values))
+        if got is None or got[0] is not values:
+            if len(cls._domains) >= 64:  # the last few domains (a space's): kept small
+                cls._domains.clear()
+            vals = tuple(values)
+            num = cls._numbers.get(vals)
+            if num is None:
+                if len(cls._numbers) >= 4096:
+                    cls._numbers.clear()
+                num = cls._numbers[vals] = next(cls._count)
+            got = (values, num, np.array(values, dtype=np.int64).reshape(-1, 3))
+            cls._domains[id(values)] = got
+        return got[1], got[2]
 
     def arrays(self, values: Sequence[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
-        got = BatchFactor._domains.get(id(values))
-        if got is None or got[0] is not values:  # each domain converted once, not per factor
-            if len(BatchFactor._domains) >= 64:  # the last few domains (a space's): kept small
-                BatchFactor._domains.clear()
-            got = (values, np.array(values, dtype=np.int64).reshape(-1, 3))
-            BatchFactor._domains[id(values)] = got  # the values kept: their id stays unique
-        v = got[1]
+        """(numerators, denominators) in lowest terms over a domain, kept by the domain's values
+        for every cost model (spaces of many requests share their micro-batch shapes)."""
+        k, v = BatchFactor._domain(values)
+        got = self._arrays.get(k)
+        if got is None:
+            if len(self._arrays) >= 64:  # the last few domains (~3.5 KB each)
+                self._arrays.clear()
+            got = self._arrays[k] = self._arrays_of(v)
+            for a in got:  # shared by every cost model: read-only
+                a.flags.writeable = False
+        return got
+
+    def _arrays_of(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         num = np.ones(len(v), dtype=np.int64)
         den = np.ones(len(v), dtype=np.int64)
         for x, e in ((v[:, 1], self.b), (v[:, 2], self.m)):
@@ -215,7 +245,10 @@ class Fractions:
     def __init__(self) -> None:
         self._memo: dict[tuple[Factor, object], Fraction] = {}
         self._pairs: dict[tuple[Factor, object], tuple[int, int]] = {}
-        self._arrays: OrderedDict[tuple[Factor, int], tuple] = OrderedDict()
+        self._arrays: OrderedDict[tuple[Factor, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._doms: dict[int, tuple[Sequence[object], int, int]] = {}  # id -> (dom, len, number)
+        self._numbers: dict[tuple, int] = {}  # a domain's values -> its number
+        self._count = itertools.count()  # numbers are never reused (a clear cannot alias)
 
     def __call__(self, fn: Factor, v: object) -> Fraction:
         k = (fn, v)
@@ -233,22 +266,38 @@ class Fractions:
             got = self._pairs[k] = (f.numerator, f.denominator)
         return got
 
+    def domain_number(self, domain: Sequence[object]) -> int:
+        """One number per distinct domain values (equal lists share it): found by the domain's
+        identity (the domain is kept, so its id stays unique; domains are not changed once
+        made), else by its values, hashed once per domain object instead of once per call."""
+        got = self._doms.get(id(domain))
+        if got is not None and got[0] is domain and got[1] == len(domain):
+            return got[2]
+        vals = tuple(domain)
+        num = self._numbers.get(vals)
+        if num is None:
+            if len(self._numbers) >= self.ARRAYS * 64:
+                self._numbers.clear()
+            num = self._numbers[vals] = next(self._count)
+        if len(self._doms) >= self.ARRAYS * 4:
+            self._doms.clear()
+        self._doms[id(domain)] = (domain, len(domain), num)
+        return num
+
     def arrays(self, fn: Factor, domain: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
         """(numerators, denominators) over a domain of axis values (int64, or Python integers
-        when one does not fit). Kept by the domain's values (spaces of one cost model at other
-        GPU counts often have the same pipelines and expert groups), or for a micro-batch
-        factor, whose domain is long and cheap to convert, by the domain's identity."""
-        batch = isinstance(fn, BatchFactor)
-        k = (fn, id(domain)) if batch else (fn, tuple(domain))
+        when one does not fit). Kept by the domain's values (`domain_number`: spaces of one cost
+        model at other GPU counts often have the same pipelines, expert groups and micro-batch
+        shapes), for every factor, micro-batch factors included."""
+        k = (fn, self.domain_number(domain))
         got = self._arrays.get(k)
-        if got is not None and (got[0] is domain or not batch):  # a kept domain's id is unique
+        if got is not None:
             self._arrays.move_to_end(k)
-            return got[1], got[2]
-        num, den = self._arrays_of(fn, domain)
-        self._arrays[k] = (domain, num, den)
+            return got
+        got = self._arrays[k] = self._arrays_of(fn, domain)
         while len(self._arrays) > self.ARRAYS * 16:
             self._arrays.popitem(last=False)
-        return num, den
+        return got
 
     def _arrays_of(self, fn: Factor, domain: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(fn, BatchFactor):
