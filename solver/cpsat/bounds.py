@@ -45,6 +45,7 @@ class Tables(Protocol):
     members: dict[str, list[np.ndarray]]
     flat: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # members, concatenated
     z_ok: np.ndarray
+    factor_fns: dict[str, dict]  # per factor axis: factor -> its number (0: no factor)
 
     def sums(self) -> Sums: ...
     def int_domain(self, axis: str) -> np.ndarray: ...
@@ -71,28 +72,32 @@ class Sums(NamedTuple):
 
 def stack_sums(tb: Tables, comps: list[tuple[Compiled, bool]], starts) -> Sums:  # noqa: ANN001
     """`Sums` of these compiled sums; `starts([(comp, group, keyval), ...])` gives their start
-    tables (all asked at once, so the missing ones are computed together)."""
-    sp = tb.sp
-    asks: list[tuple[Compiled, object, object]] = []
-    layout: list[tuple[str | None, int, list, list]] = []  # per selector: groups, idx, owners
-    for sel in (None, "r", "z"):
-        vals = [None] if sel is None else (sp.rs if sel == "r" else sp.zs)
-        idx, owner = [], []
-        for c, (comp, _) in enumerate(comps):
-            for g in comp.groups:
-                if g.sel != sel:
-                    continue
-                asks += [(comp, g, None if v is None else g.key(v)) for v in vals]
-                idx.append(
-                    [tb.factor_number(a, fn) for a, fn in zip(FACTOR_AXES, g.factors, strict=True)]
-                )
-                owner.append(c)
-        layout.append((sel, len(vals), idx, owner))
-    tables = starts(asks)
+    tables (all asked at once, so the missing ones are computed together). One pass over the
+    groups, each put with its selector's (None, "r", "z": the order of the asks)."""
+    sp, fns = tb.sp, tb.factor_fns
+    vals = {None: [None], "r": sp.rs, "z": sp.zs}
+    by_sel: dict[str | None, tuple[list, list, list]] = {
+        None: ([], [], []),
+        "r": ([], [], []),
+        "z": ([], [], []),
+    }
+    for c, (comp, _) in enumerate(comps):
+        for g in comp.groups:
+            asks, idx, owner = by_sel[g.sel]
+            asks += [(comp, g, None if v is None else g.key(v)) for v in vals[g.sel]]
+            idx.append(
+                [
+                    0 if fn is None else fns[a][fn]
+                    for a, fn in zip(FACTOR_AXES, g.factors, strict=True)
+                ]
+            )
+            owner.append(c)
+    tables = starts([k for asks, _, _ in by_sel.values() for k in asks])
     groups: dict[str | None, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     at = 0
-    for sel, nv, idx, owner in layout:
+    for sel, (_, idx, owner) in by_sel.items():
         if owner:
+            nv = len(vals[sel])
             rows = [tables[at + i * nv : at + (i + 1) * nv] for i in range(len(owner))]
             at += nv * len(owner)
             groups[sel] = (
