@@ -10,6 +10,7 @@ without a te factor are bounded once per row."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
 import numpy as np
@@ -26,6 +27,14 @@ def _pairs(tb: Tables, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     at = np.repeat(np.arange(len(rows), dtype=np.int64), n)
     first = np.repeat(np.cumsum(n) - n, n)
     return at, flat[offsets[cls][at] + np.arange(len(at), dtype=np.int64) - first]
+
+
+def _firsts(o: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of a sorted array begins."""
+    new = np.empty(len(o), dtype=bool)
+    new[:1] = True
+    np.not_equal(o[1:], o[:-1], out=new[1:])
+    return np.flatnonzero(new)
 
 
 def _least(tb: Tables, rows: np.ndarray, at: np.ndarray, te: np.ndarray) -> Callable:
@@ -46,7 +55,7 @@ def _least(tb: Tables, rows: np.ndarray, at: np.ndarray, te: np.ndarray) -> Call
     parts: dict[str | None, tuple[dict[int, int], np.ndarray]] = {}  # per selector: the sums
     # it has (sum -> slot) and their bounds, (pairs, slots, |sel|)
     for sel, (start, idx, owner) in sums.groups.items():
-        has = np.unique(owner)
+        has = owner[_firsts(owner)]  # the sums it has, in order (owners are sorted)
         slot = np.zeros(ns, dtype=np.int64)
         slot[has] = np.arange(len(has))
         dep = idx[1] > 0
@@ -66,7 +75,7 @@ def _least(tb: Tables, rows: np.ndarray, at: np.ndarray, te: np.ndarray) -> Call
                 val *= tf[g[1]][:, None, :]
                 a = np.repeat(a, per_row, axis=2)
             val *= a
-            first = np.flatnonzero(np.r_[True, o[1:] != o[:-1]])  # groups are sorted by sum
+            first = _firsts(o)  # groups are sorted by sum
             v = np.add.reduceat(val, first, axis=0).transpose(2, 0, 1)  # (entries, sums, |sel|)
             if cols is None:
                 by_row[:, slot[o[first]]] = v
@@ -82,10 +91,13 @@ def _least(tb: Tables, rows: np.ndarray, at: np.ndarray, te: np.ndarray) -> Call
         x = None  # 0 + the parts, in order (the objective: full over r and z)
         for sel, axis in ((None, 1), ("r", 2), ("z", 1)):
             if sel in parts and k in parts[sel][0]:
-                part = np.expand_dims(parts[sel][1][:, parts[sel][0][k]], axis)
+                one = parts[sel][1][:, parts[sel][0][k]]
+                part = one[:, None, :] if axis == 1 else one[:, :, None]
                 if x is None:
                     x = np.empty((len(at), nr, nz)) if k == 0 else None
                     x = np.add(part, 0.0, out=x)
+                elif x.ndim == part.ndim and all(map(operator.ge, x.shape, part.shape)):
+                    x += part  # x's own array, already of the sum's shape: the same sum
                 else:
                     x = x + part
         if x is None:
