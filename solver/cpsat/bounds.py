@@ -93,18 +93,20 @@ def stack_sums(tb: Tables, comps: list[tuple[Compiled, bool]], starts) -> Sums: 
             )
             owner.append(c)
     tables = starts([k for asks, _, _ in by_sel.values() for k in asks])
+    n = len(tables[0]) if tables else 0  # rows
+    flt = np.array(tables, dtype=float).reshape(len(tables), n)  # one conversion for all
     groups: dict[str | None, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     at = 0
     for sel, (_, idx, owner) in by_sel.items():
         if owner:
             nv = len(vals[sel])
-            rows = [tables[at + i * nv : at + (i + 1) * nv] for i in range(len(owner))]
-            at += nv * len(owner)
+            end = at + nv * len(owner)
             groups[sel] = (
-                np.array(rows, dtype=float),
+                flt[at:end].reshape(len(owner), nv, n),  # (groups, |values|, rows)
                 np.array(idx, dtype=np.int64).T,
                 np.array(owner, dtype=np.int64),
             )
+            at = end
     return Sums(np.array([low for _, low in comps]), groups)
 
 
