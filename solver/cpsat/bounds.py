@@ -150,7 +150,7 @@ def _combine(tb: Tables, v, z_ok: np.ndarray, zpos: list[int] | None = None) -> 
             used = used + np.minimum(v(k), v(k + 1))
             k += 2
         fits = fits & (used <= cm.budget)
-    shape = np.broadcast_shapes(t.shape, fits.shape)
+    shape = np.broadcast(t, fits).shape  # np.broadcast_shapes, without its Python set-up
     if t.shape != shape:  # else t is already v(0)'s own array, of the full shape
         t = np.broadcast_to(t, shape).copy()
     for j, zj in enumerate(range(len(tb.sp.zs)) if zpos is None else zpos):
