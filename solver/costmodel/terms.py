@@ -111,7 +111,7 @@ class BatchFactor:
             vals = tuple(values)
             num = cls._numbers.get(vals)
             if num is None:
-                if len(cls._numbers) >= 4096:
+                if len(cls._numbers) >= 256:  # the values are kept (~16 KB a domain)
                     cls._numbers.clear()
                 num = cls._numbers[vals] = next(cls._count)
             got = (values, num, np.array(values, dtype=np.int64).reshape(-1, 3))
@@ -276,7 +276,7 @@ class Fractions:
         vals = tuple(domain)
         num = self._numbers.get(vals)
         if num is None:
-            if len(self._numbers) >= self.ARRAYS * 64:
+            if len(self._numbers) >= self.ARRAYS * 4:  # the values are kept: a few hundred
                 self._numbers.clear()
             num = self._numbers[vals] = next(self._count)
         if len(self._doms) >= self.ARRAYS * 4:
