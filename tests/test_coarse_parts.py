@@ -7,33 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_bounds_batched import SPECS
+from test_bounds_batched import _tables as spec_tables
 
 from meshplan.solver.costmodel.terms import FACTOR_AXES
 from meshplan.solver.cpsat import bounds, coarse
 from meshplan.solver.cpsat.tables import Tables
-from meshplan.solver.planner import _resolve
-from meshplan.solver.schema import PlanRequest
-from meshplan.solver.space import Space
-
-SPECS = {
-    "dense": {
-        "model": {"preset": "llama3-8b"},
-        "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 32},
-        "training": {"seq_len": 4096, "global_batch_tokens": 4096 * 128},
-    },
-    "moe": {
-        "model": {"preset": "mixtral-8x7b"},
-        "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 64},
-        "training": {"seq_len": 4096, "global_batch_tokens": 4096 * 256},
-    },
-}
 
 
 @pytest.fixture(scope="module", params=list(SPECS))
 def tb(request: pytest.FixtureRequest) -> Tables:
-    req = PlanRequest.model_validate(SPECS[request.param])
-    A, H, cm = _resolve(req)
-    return Tables(Space.build(A, H, req.training, req.search, cm, prune=False))
+    return spec_tables(request.param)
 
 
 def _stack_sums_per_selector(tb: Tables, comps: list) -> bounds.Sums:
