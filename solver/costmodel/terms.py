@@ -64,6 +64,34 @@ class Term:
         return x
 
 
+class DomainNumbers:
+    """One number per distinct domain values (equal lists share it, numbers are never reused, so
+    a clear cannot alias): found by the domain's identity (the last `ids` domains, kept so that
+    their ids stay unique; domains are not changed once made), else by its values (the last
+    `values` kept), hashed once per domain object instead of once per call."""
+
+    def __init__(self, ids: int, values: int) -> None:
+        self._ids, self._values = ids, values
+        self._doms: dict[int, tuple[Sequence[object], int, int]] = {}  # id -> (dom, len, number)
+        self._numbers: dict[tuple, int] = {}  # a domain's values -> its number
+        self._count = itertools.count()
+
+    def number(self, domain: Sequence[object]) -> int:
+        got = self._doms.get(id(domain))
+        if got is not None and got[0] is domain and got[1] == len(domain):
+            return got[2]
+        vals = tuple(domain)
+        num = self._numbers.get(vals)
+        if num is None:
+            if len(self._numbers) >= self._values:
+                self._numbers.clear()
+            num = self._numbers[vals] = next(self._count)
+        if len(self._doms) >= self._ids:
+            self._doms.clear()
+        self._doms[id(domain)] = (domain, len(domain), num)
+        return num
+
+
 class BatchFactor:
     """The factor b^i · M^j of a micro-batch shape (dp, b, M), i and j in {−1, 0, 1}: exact for
     one value, and as (numerators, denominators) arrays over many at once. One object per
@@ -94,39 +122,15 @@ class BatchFactor:
             got = self._memo[db] = Fraction(num, den)
         return got
 
-    # id -> (values, their number, int64 (n, 3)); values -> number: shared by every factor
-    _domains: dict[int, tuple[Sequence, int, np.ndarray]] = {}
-    _numbers: dict[tuple, int] = {}
-    _count = itertools.count()  # numbers are never reused (a clear cannot alias)
-
-    @classmethod
-    def _domain(cls, values: Sequence[tuple[int, int, int]]) -> tuple[int, np.ndarray]:
-        """The domain's number (equal values, equal number) and int64 (n, 3) array: found by
-        the domain's identity (the last few domains, kept so that their ids stay unique;
-        domains are not changed once made), else by its values."""
-        got = cls._domains.get(id(values))
-        if got is None or got[0] is not values:
-            if len(cls._domains) >= 64:  # the last few domains (a space's): kept small
-                cls._domains.clear()
-            vals = tuple(values)
-            num = cls._numbers.get(vals)
-            if num is None:
-                if len(cls._numbers) >= 256:  # the values are kept (~16 KB a domain)
-                    cls._numbers.clear()
-                num = cls._numbers[vals] = next(cls._count)
-            got = (values, num, np.array(values, dtype=np.int64).reshape(-1, 3))
-            cls._domains[id(values)] = got
-        return got[1], got[2]
-
     def arrays(self, values: Sequence[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
         """(numerators, denominators) in lowest terms over a domain, kept by the domain's values
         for every cost model (spaces of many requests share their micro-batch shapes)."""
-        k, v = BatchFactor._domain(values)
+        k = _BATCH_DOMAINS.number(values)
         got = self._arrays.get(k)
         if got is None:
             if len(self._arrays) >= 64:  # the last few domains (~3.5 KB each)
                 self._arrays.clear()
-            got = self._arrays[k] = self._arrays_of(v)
+            got = self._arrays[k] = self._arrays_of(np.array(values, dtype=np.int64).reshape(-1, 3))
             for a in got:  # shared by every cost model: read-only
                 a.flags.writeable = False
         return got
@@ -143,6 +147,10 @@ class BatchFactor:
             return num, den
         g = np.gcd(num, den)
         return num // g, den // g
+
+
+# micro-batch domains, shared by every BatchFactor (a space's few, ~16 KB of values each)
+_BATCH_DOMAINS = DomainNumbers(ids=64, values=256)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -246,9 +254,7 @@ class Fractions:
         self._memo: dict[tuple[Factor, object], Fraction] = {}
         self._pairs: dict[tuple[Factor, object], tuple[int, int]] = {}
         self._arrays: OrderedDict[tuple[Factor, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._doms: dict[int, tuple[Sequence[object], int, int]] = {}  # id -> (dom, len, number)
-        self._numbers: dict[tuple, int] = {}  # a domain's values -> its number
-        self._count = itertools.count()  # numbers are never reused (a clear cannot alias)
+        self._domains = DomainNumbers(ids=self.ARRAYS * 4, values=self.ARRAYS * 4)
 
     def __call__(self, fn: Factor, v: object) -> Fraction:
         k = (fn, v)
@@ -267,22 +273,8 @@ class Fractions:
         return got
 
     def domain_number(self, domain: Sequence[object]) -> int:
-        """One number per distinct domain values (equal lists share it): found by the domain's
-        identity (the domain is kept, so its id stays unique; domains are not changed once
-        made), else by its values, hashed once per domain object instead of once per call."""
-        got = self._doms.get(id(domain))
-        if got is not None and got[0] is domain and got[1] == len(domain):
-            return got[2]
-        vals = tuple(domain)
-        num = self._numbers.get(vals)
-        if num is None:
-            if len(self._numbers) >= self.ARRAYS * 4:  # the values are kept: a few hundred
-                self._numbers.clear()
-            num = self._numbers[vals] = next(self._count)
-        if len(self._doms) >= self.ARRAYS * 4:
-            self._doms.clear()
-        self._doms[id(domain)] = (domain, len(domain), num)
-        return num
+        """One number per distinct domain values (`DomainNumbers`)."""
+        return self._domains.number(domain)
 
     def arrays(self, fn: Factor, domain: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
         """(numerators, denominators) over a domain of axis values (int64, or Python integers
