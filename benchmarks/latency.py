@@ -129,7 +129,7 @@ def run(
     instance unless `with_oracle` is False."""
     from meshplan.client import PlannerClient
     from meshplan.client.exceptions import PlannerError
-    from meshplan.server.memory import freeze_startup_heap
+    from meshplan.server.memory import freeze_startup_heap, keep_freed_heap
     from meshplan.solver.results import PlanResult, PlanStatus
 
     limit = time_limit_s or DEFAULT_TIME_LIMIT_S
@@ -147,8 +147,10 @@ def run(
         _plan_in_process(suite[0], limit)
         client.plan(warm, timeout=2 * limit + 30)
         # As every solver process does after its start-up (server/pool.py, server/memory.py):
-        # the heap so far stays out of full collections, which walk only what plans create.
+        # the heap so far stays out of full collections, which walk only what plans create, and
+        # freed blocks stay in the heap for the next plan.
         freeze_startup_heap()
+        keep_freed_heap()
         for inst in suite:
             req = inst.request(time_limit_s=limit)
             res, seconds = _plan_in_process(inst, limit)

@@ -25,7 +25,7 @@ from meshplan.server.auth import AuthInterceptor, TokenSet
 from meshplan.server.dispatch import SolveRunner, ThreadRunner
 from meshplan.server.handlers import served, service_handler
 from meshplan.server.health import BoundedReflection, Health
-from meshplan.server.memory import freeze_startup_heap, trim_periodically
+from meshplan.server.memory import freeze_startup_heap, keep_freed_heap, trim_periodically
 from meshplan.server.metrics import Metrics, serve_metrics
 from meshplan.server.pool import ProcessRunner
 from meshplan.server.runtime import Runtime
@@ -264,6 +264,7 @@ def serve(settings: Settings, ready: threading.Event | None = None) -> int:
     SIGHUP reloads the TLS certificates and the tokens."""
     server, port = create_server(settings)
     frozen = freeze_startup_heap()  # shorter full GC passes: the event loop stalls less
+    keep_freed_heap()  # solves on this process's threads (--solver-processes 0) reuse the heap
     log.debug("%d start-up objects frozen out of the garbage collector's passes", frozen)
     stop = threading.Event()
     handlers: dict[int, Callable[..., Any]] = {sig: lambda *_: stop.set() for sig in _STOP}

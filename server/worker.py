@@ -42,6 +42,7 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
                     state["event"].set()
 
     threading.Thread(target=listen, name="meshplan-stop", daemon=True).start()
+    _keep_freed_heap()
     if warm:
         _warm_up()
     gc.collect()
@@ -109,6 +110,12 @@ def _trimmer() -> Callable[[], int] | None:
     from meshplan.server.memory import trimmer
 
     return trimmer()
+
+
+def _keep_freed_heap() -> None:
+    from meshplan.server.memory import keep_freed_heap
+
+    keep_freed_heap()
 
 
 def settle_heap() -> None:
