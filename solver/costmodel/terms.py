@@ -130,7 +130,7 @@ class BatchFactor:
         if got is None:
             if len(self._arrays) >= 64:  # the last few domains (~3.5 KB each)
                 self._arrays.clear()
-            got = self._arrays[k] = self._arrays_of(np.array(values, dtype=np.int64).reshape(-1, 3))
+            got = self._arrays[k] = self._arrays_of(_batch_values(k, values))
             for a in got:  # shared by every cost model: read-only
                 a.flags.writeable = False
         return got
@@ -151,6 +151,19 @@ class BatchFactor:
 
 # micro-batch domains, shared by every BatchFactor (a space's few, ~16 KB of values each)
 _BATCH_DOMAINS = DomainNumbers(ids=64, values=256)
+_BATCH_VALUES: dict[int, np.ndarray] = {}  # domain number -> its values, (|domain|, 3) int64
+
+
+def _batch_values(k: int, values: Sequence[tuple[int, int, int]]) -> np.ndarray:
+    """The micro-batch domain numbered k as an int64 array (kept: every BatchFactor of a space
+    reads the same domain, converted once instead of once per factor)."""
+    got = _BATCH_VALUES.get(k)
+    if got is None:
+        if len(_BATCH_VALUES) >= 64:  # the last few domains, as BatchFactor keeps its arrays
+            _BATCH_VALUES.clear()
+        got = _BATCH_VALUES[k] = np.array(values, dtype=np.int64).reshape(-1, 3)
+        got.flags.writeable = False
+    return got
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -226,22 +239,39 @@ def int_starts_many(rows: Rows, asks: Sequence[tuple[Group, object, float, bool]
     todo = [k for k in dict.fromkeys(asks) if k not in memo]
     if todo:
         n = len(rows)
-        cols = [t.starts(rows, kv) for g, kv, _, _ in todo for t in g.terms]
-        sizes = [len(g.terms) for g, *_ in todo]
-        scale = np.repeat(np.array([s for *_, s, _ in todo], dtype=np.float64), sizes)
-        up = np.repeat(np.array([u for *_, u in todo], dtype=bool), sizes)
-        x = np.array(cols, dtype=np.float64).reshape(len(cols), n) * scale[:, None]
-        y = np.where(up[:, None], np.ceil(x), np.floor(x))
-        if np.abs(y).max(initial=0.0) < INT_SAFE:  # False for a NaN or an infinity too
-            first = np.cumsum([0, *sizes[:-1]])
+        gs, kvs, scales, ups = zip(*todo, strict=True)
+        cols = [t.starts(rows, kv) for g, kv in zip(gs, kvs, strict=True) for t in g.terms]
+        sizes = [len(g.terms) for g in gs]
+        # ceil(v) is -floor(-v), and x·(-s) is -(x·s): one floor for both roundings
+        sign = np.where(np.array(ups, dtype=bool), -1.0, 1.0)
+        by = np.array(scales, dtype=np.float64) * sign
+        if len(cols) > len(todo):  # some group sums several terms
+            by, sign = np.repeat(by, sizes), np.repeat(sign, sizes)
+        y = np.concatenate(cols).reshape(len(cols), n)  # one copy of every start
+        y *= by[:, None]
+        np.floor(y, out=y)
+        if y.max(initial=0.0) < INT_SAFE and y.min(initial=0.0) > -INT_SAFE:  # False for a NaN
+            y *= sign[:, None]  # or an infinity too
             got = y.astype(np.int64)
-            if len(first) < len(y):  # some group sums several terms
-                got = np.add.reduceat(got, first, axis=0)
+            if len(cols) > len(todo):  # integer sums: exact in any order (INT_SAFE)
+                got = _group_sums(got, sizes)
             memo.update(zip(todo, got, strict=True))
         else:
             for g, kv, s, u in todo:
                 g.int_starts(rows, kv, s, u)
     return [memo[k] for k in asks]
+
+
+def _group_sums(x: np.ndarray, sizes: list[int]) -> np.ndarray:
+    """The sums of consecutive runs of rows of an int64 table, of these sizes (each >= 1): the
+    first row of each run, plus its second, third... rows run by run (most runs are one row)."""
+    size = np.array(sizes, dtype=np.int64)
+    first = np.cumsum(size) - size
+    out = x[first]
+    for r in range(1, int(size.max())):
+        more = np.flatnonzero(size > r)
+        out[more] += x[first[more] + r]
+    return out
 
 
 class Fractions:
@@ -294,11 +324,18 @@ class Fractions:
     def _arrays_of(self, fn: Factor, domain: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(fn, BatchFactor):
             return fn.arrays(domain)
-        fs = [self(fn, v) for v in domain]
-        nums, dens = [f.numerator for f in fs], [f.denominator for f in fs]
-        big = any(abs(n) >= INT_SAFE for n in nums) or any(d >= INT_SAFE for d in dens)
-        dt = object if big else np.int64
-        return np.array(nums, dtype=dt), np.array(dens, dtype=dt)
+        pair = self.pair
+        pairs = [pair(fn, v) for v in domain]
+        try:  # one conversion of the (numerator, denominator) pairs; denominators are positive
+            a = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+            if a.max(initial=0) < INT_SAFE and a.min(initial=0) > -INT_SAFE:
+                num, den = a.T.copy()
+                return num, den
+        except OverflowError:
+            pass
+        return np.array([n for n, _ in pairs], dtype=object), np.array(
+            [d for _, d in pairs], dtype=object
+        )
 
 
 @dataclass(eq=False)
