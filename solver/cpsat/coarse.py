@@ -50,6 +50,7 @@ def _least(tb: Tables, rows: np.ndarray, at: np.ndarray, te: np.ndarray) -> Call
     hi = (tb.factor_matrix("pv", "hi")[:, pc], tb.factor_matrix("db", "hi")[:, dc])
     tf = tb.factor_matrix("te", "dom")[:, te]
     per_row = np.bincount(at, minlength=len(rows))  # pairs per row (`at` is sorted: _pairs)
+    one = len(at) == len(rows) and bool((per_row == 1).all())  # the pairs are the rows
     run = len(rows) and rows[-1] - rows[0] == len(rows) - 1 and (np.diff(rows) == 1).all()
     cut = slice(int(rows[0]), int(rows[-1]) + 1) if run else rows  # a view for a run of rows
     parts: dict[str | None, tuple[dict[int, int], np.ndarray]] = {}  # per selector: the sums
@@ -64,9 +65,10 @@ def _least(tb: Tables, rows: np.ndarray, at: np.ndarray, te: np.ndarray) -> Call
         for keep, cols in ((~dep, None), (dep, at)):
             if not keep.any():
                 continue
-            g, o = idx[:, keep], owner[keep]
+            every = cols is None and not dep.any()  # all the groups: no copy of them
+            g, o = (idx, owner) if every else (idx[:, keep], owner[keep])
             flo, fhi = lo[0][g[0]] * lo[1][g[2]], hi[0][g[0]] * hi[1][g[2]]  # (groups, rows)
-            a = start[keep][:, :, cut]  # (groups, |sel|, rows)
+            a = (start if every else start[keep])[:, :, cut]  # (groups, |sel|, rows)
             low = sums.low[o][:, None, None]
             val = np.where((a >= 0) == low, flo[:, None, :], fhi[:, None, :])  # the factor
             if cols is not None:  # at the pairs (rows repeated in order), times their te
@@ -82,7 +84,7 @@ def _least(tb: Tables, rows: np.ndarray, at: np.ndarray, te: np.ndarray) -> Call
             else:
                 by_pair = np.zeros((len(at), len(has), start.shape[1]))
                 by_pair[:, slot[o[first]]] = v
-        got = np.repeat(by_row, per_row, axis=0)  # at the pairs
+        got = by_row if one else np.repeat(by_row, per_row, axis=0)  # at the pairs
         got = got if by_pair is None else by_pair + got
         parts[sel] = (dict(zip(has.tolist(), range(len(has)), strict=True)), got)
     nr, nz = len(tb.sp.rs), len(tb.sp.zs)
