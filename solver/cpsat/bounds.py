@@ -94,7 +94,9 @@ def stack_sums(tb: Tables, comps: list[tuple[Compiled, bool]], starts) -> Sums: 
             owner.append(c)
     tables = starts([k for asks, _, _ in by_sel.values() for k in asks])
     n = len(tables[0]) if tables else 0  # rows
-    flt = np.array(tables, dtype=float).reshape(len(tables), n)  # one conversion for all
+    # one conversion for all (concatenated: no per-table discovery of shape and type)
+    flt = np.concatenate(tables, dtype=float) if tables else np.zeros(0)
+    flt = flt.reshape(len(tables), n)
     groups: dict[str | None, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     at = 0
     for sel, (_, idx, owner) in by_sel.items():
