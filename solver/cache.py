@@ -69,6 +69,38 @@ _fits: OrderedDict[tuple, dict[int, bool]] = OrderedDict()
 _tables_bytes = 0
 
 
+class Key(tuple):
+    """A cache key that hashes once: a tuple of a space's layouts (frozen dataclasses, each
+    hashed in Python) would hash them all again at every lookup, store and `grew`."""
+
+    def __new__(cls, *parts: object) -> Key:
+        self = super().__new__(cls, parts)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+_LAYOUT_TUPLES = 8  # layout lists whose tuple (hashed once) is kept, by the list's identity
+_tuples: OrderedDict[int, tuple[Sequence[Layout], int, Key]] = OrderedDict()
+
+
+def _layouts_key(layouts: Sequence[Layout]) -> Key:
+    """tuple(layouts), hashed once, kept for the last few lists (a space's `layouts`, which the
+    rows and the tables' memo are both keyed by; a list is not changed once made, and kept with
+    its length so that its id stays unique)."""
+    with _lock:
+        got = _tuples.get(id(layouts))
+        if got is not None and got[0] is layouts and got[1] == len(layouts):
+            return got[2]
+        key = Key(*layouts)
+        _tuples[id(layouts)] = (layouts, len(layouts), key)
+        while len(_tuples) > _LAYOUT_TUPLES:
+            _tuples.popitem(last=False)
+        return key
+
+
 class Memo(dict):
     """What the tables of one space computed (by name), and the bytes of its arrays so far."""
 
@@ -182,7 +214,7 @@ def rows(cm: CostModel, layouts: Sequence[Layout]) -> Rows:
     base = getattr(cm, "cache_key", None)
     if base is None:
         return Rows.of(layouts)
-    key = (base, tuple(layouts))
+    key = Key(base, _layouts_key(layouts))
     with _lock:
         got = _rows.get(key)
         if got is not None:
@@ -207,7 +239,7 @@ def tables_memo(cm: CostModel, layouts: Sequence[Layout], domains: tuple) -> Mem
     base = getattr(cm, "cache_key", None)
     if base is None:
         return Memo()
-    key = (base, tuple(layouts), domains)
+    key = Key(base, _layouts_key(layouts), domains)
     with _lock:
         got = _tables.get(key)
         if got is None:
@@ -241,6 +273,7 @@ def clear() -> None:
         _spaces.clear()
         _grids.clear()
         _fits.clear()
+        _tuples.clear()
         _rows_held = _tables_bytes = 0
 
 
