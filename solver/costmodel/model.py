@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 from weakref import WeakKeyDictionary
 
@@ -90,6 +90,8 @@ class Grouped:
     objective: list[Group]
     dp: dict[int, tuple[list[Group], list[Group]]]  # per ZeRO stage: traffic, credit
     memory: dict[str, StageMemory]
+    # float(fracs(fn, v)) by (fn, v): what the float scores multiply by (`CostModel._floats`)
+    floats: dict[tuple[Callable, object], float] = field(default_factory=dict)
 
     @staticmethod
     def of(ctx: Ctx) -> Grouped:
@@ -143,7 +145,7 @@ class CostModel:
         self.cache_key: tuple | None = None  # set by solver/cache.py when it keeps this model
         self.ctx = context(arch, hw, training, search, constants, recipe)
         g = grouped or Grouped.of(self.ctx)
-        self.rates, self.fracs = g.rates, g.fracs
+        self.rates, self.fracs, self._float_of = g.rates, g.fracs, g.floats
         self._one: OrderedDict[Layout, Rows] = OrderedDict()
         self._lock = threading.Lock()
         self._scores: WeakKeyDictionary[Rows, OrderedDict] = WeakKeyDictionary()  # see _kept
@@ -296,12 +298,38 @@ class CostModel:
         """Seconds per token by component (the dp exposure is max(0, comm − credit))."""
         rows = self._at(p, rows)
         out = dict.fromkeys(COMPONENTS, 0.0)
-        names = (t.name for g in self.objective.groups for t in g.terms)
-        for name, x in zip(names, self.objective.float_terms(p, rows, i), strict=True):
+        axes = p.axes()
+        for name, x in self._float_terms(self.objective, axes, rows, i):
             out[name] += x
         comm, credit = self.dp[p.z]
-        out["dp_comm"] = max(0.0, comm.float_value(p, rows, i) - credit.float_value(p, rows, i))
+        sums = [0.0, 0.0]  # Compiled.float_value of each: its terms added in order
+        for k, c in enumerate((comm, credit)):
+            for _, x in self._float_terms(c, axes, rows, i):
+                sums[k] += x
+        out["dp_comm"] = max(0.0, sums[0] - sums[1])
         return out
+
+    def _float_terms(
+        self, c: Compiled, axes: dict[str, object], rows: Rows, i: int
+    ) -> Iterable[tuple[str, float]]:
+        """(name, `Term.float_value`) of each term of `c`, in order, as `Compiled.float_terms`
+        computes them (the start, then times each factor's float in FACTOR_AXES order), the
+        factors' floats kept (`Grouped.floats`: float of a Fraction costs three Python calls)."""
+        floats, fr = self._float_of, self.fracs
+        for g in c.groups:
+            kv = g.key(axes[g.sel]) if g.sel else None
+            fs = []
+            for ax, fn in g.chain:
+                k = (fn, axes[ax])
+                f = floats.get(k)
+                if f is None:
+                    f = floats[k] = float(fr(fn, axes[ax]))
+                fs.append(f)
+            for t in g.terms:
+                x = float(t.starts(rows, kv)[i])
+                for f in fs:
+                    x *= f
+                yield t.name, x
 
     def tokens(self, p: Point) -> int:
         return p.lay.dp * p.b * p.M * self.training.seq_len
@@ -334,9 +362,10 @@ class CostModel:
 
     def memory_bill(self, p: Point, rows: Rows | None = None, i: int = 0) -> MemoryBill:
         rows = self._at(p, rows)
-        per = {st: self.tenants_int(p, st, rows, i) for st in STAGES}
-        stage = max(STAGES, key=lambda st: sum(per[st].values()))
-        t = {k: v * MEMORY_UNIT for k, v in per[stage].items()}
+        # the fuller stage: its tenants' sum is stage_bytes (which sums the same integers)
+        units = {st: self.stage_bytes(p, st, rows, i) for st in STAGES}
+        stage = max(STAGES, key=units.__getitem__)
+        t = {k: v * MEMORY_UNIT for k, v in self.tenants_int(p, stage, rows, i).items()}
         used = sum(t.values())
         reserve = self.ctx.reserve_for(used)
         return MemoryBill(**t, reserve=reserve, total=used + reserve, hbm=self.hw.hbm, stage=stage)
