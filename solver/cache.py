@@ -114,15 +114,33 @@ def model_key(
     A: Arch, H: Hardware, training: TrainingSpec, search: SearchSpec, constants: Constants
 ) -> tuple:
     """What a cost model depends on, as a hashable key."""
+    return (A, H, *_key_rest(training, search, constants))
+
+
+def _key_rest(training: TrainingSpec, search: SearchSpec, constants: Constants) -> tuple:
+    """model_key less the model and the GPU (shared by the keys of one request's cost model
+    and of its terms at every count)."""
     terms = training.model_dump(exclude=set(BATCH_FIELDS))
     return (
-        A,
-        H,
         tuple(sorted((k, str(v)) for k, v in terms.items())),
         search.memory_reserve_gib,
         search.memory_fragmentation,
-        repr(constants),
+        _repr(constants),
     )
+
+
+_reprs: dict[int, tuple[Constants, str]] = {}  # id -> (constants, repr): a few objects at most
+
+
+def _repr(constants: Constants) -> str:
+    """repr(constants), kept by identity (Constants is frozen; every default CostModel shares
+    one object, whose repr costs tens of microseconds)."""
+    got = _reprs.get(id(constants))
+    if got is None or got[0] is not constants:
+        if len(_reprs) >= 16:
+            _reprs.clear()
+        got = _reprs[id(constants)] = (constants, repr(constants))
+    return got[1]
 
 
 def _built_once(store: OrderedDict, key: tuple, build: Callable[[], T], most: int) -> T:
@@ -146,10 +164,11 @@ def cost_model(A: Arch, H: Hardware, training: TrainingSpec, search: SearchSpec)
     """The request's cost model (with the constants every CostModel loads), built once; its
     terms, grouped, are shared with the request at other GPU counts (`grouped`)."""
     constants = costmodel.load_constants()
-    key = model_key(A, H, training, search, constants)
+    rest = _key_rest(training, search, constants)
+    key = (A, H, *rest)
 
     def build() -> CostModel:
-        g = grouped(A, H, training, search, constants)
+        g = grouped(A, H, training, search, constants, rest)
         cm = CostModel(A, H, training, search, constants, grouped=g)
         cm.cache_key = key
         return cm
@@ -158,13 +177,18 @@ def cost_model(A: Arch, H: Hardware, training: TrainingSpec, search: SearchSpec)
 
 
 def grouped(
-    A: Arch, H: Hardware, training: TrainingSpec, search: SearchSpec, constants: Constants
+    A: Arch,
+    H: Hardware,
+    training: TrainingSpec,
+    search: SearchSpec,
+    constants: Constants,
+    rest: tuple | None = None,
 ) -> costmodel.Grouped:
     """The terms of the request grouped into the cost model's sums, built once for every GPU
     count: over a context whose count is 0, as no term reads it (only the unit of time does,
-    which the CostModel sets)."""
+    which the CostModel sets). `rest`: `_key_rest` of the same arguments, when known."""
     free = replace(H, num_gpus=0)
-    key = model_key(A, free, training, search, constants)
+    key = (A, free, *(rest or _key_rest(training, search, constants)))
 
     def build() -> costmodel.Grouped:
         return costmodel.Grouped.of(costmodel.context(A, free, training, search, constants))
@@ -188,22 +212,25 @@ def grid(key: tuple, build: Callable[[], T]) -> T:
     return _built_once(_grids, key, build, MAX_GRIDS)
 
 
-def fits_by_count(cm: CostModel, training: TrainingSpec, search: SearchSpec) -> dict[int, bool]:
+def fits_by_count(
+    cm: CostModel,
+    training: TrainingSpec,
+    search: SearchSpec,
+    jsons: tuple[str, str] | None = None,
+) -> dict[int, bool]:
     """Whether the request fits on k GPUs, by k, as far as known: shared by the requests that
     differ from it only in cluster.num_gpus (and search.allow_fewer_gpus, which the search for
     the smallest cluster sets off). The cost model's memory, all the answer reads of it, does
-    not depend on the GPU count. A cost model built outside the cache: a fresh dict."""
+    not depend on the GPU count. A cost model built outside the cache: a fresh dict. `jsons`:
+    the training's and the search's model_dump_json, when known."""
     base = getattr(cm, "cache_key", None)
     if base is None:
         return {}
     A, H, *rest = base
-    key = (
-        A,
-        replace(H, num_gpus=0),
-        *rest,
-        training.model_dump_json(),
-        search.model_copy(update={"allow_fewer_gpus": False}).model_dump_json(),
-    )
+    t_json, s_json = jsons or (training.model_dump_json(), None)
+    if s_json is None or search.allow_fewer_gpus:
+        s_json = search.model_copy(update={"allow_fewer_gpus": False}).model_dump_json()
+    key = (A, replace(H, num_gpus=0), *rest, t_json, s_json)
     return _built_once(_fits, key, dict, MAX_FIT_KEYS)
 
 

@@ -131,7 +131,7 @@ def _plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRe
             solver=info,
         )
 
-    known = cache.fits_by_count(cm, req.training, req.search)  # counts known to fit, or not
+    known = cache.fits_by_count(cm, req.training, req.search, key)  # counts known to fit, or not
     if not (sp.layouts and sp.pv and sp.db and sp.te) or known_infeasible(sp, known):
         return infeasible("INFEASIBLE", 0.0)
     if not known_feasible(sp, known) and not sp.some_layout_fits():
