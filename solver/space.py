@@ -127,6 +127,9 @@ class Grid:
     te_of: dict[tuple[int, int], tuple]  # (tp, dp·cp) of a layout -> its (tp, ep, etp) groups
     te: tuple[tuple[int, int, int], ...]  # every group of te_of, sorted
     least_db: dict[int, tuple[int, int]]  # per dp, the smallest (b, M) of `db` (its first)
+    # what `Space._generate` derives from the grid alone (no memory prune), kept: the lists
+    # every space of the grid shares (a space's lists are never changed once made)
+    derived: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass
@@ -285,32 +288,43 @@ class Space:
         return Grid(lays, db_all, te_of, te_all, least_db)
 
     def _generate(self, n: int, prune: bool = True) -> None:
-        A, q, prof = self.A, self.search, self.profile
+        q = self.search
         self.rs = [q.recompute] if q.recompute else list(Recompute)
         self.zs = [q.zero_stage] if q.zero_stage is not None else [0, 1, 2, 3]
         grid = cache.grid(self.grid_key(n), lambda: self._grid(n))
-        self.all_layouts = list(grid.layouts)
-        self.db_all = list(grid.db)
-        self.te_all = list(grid.te)
         self._least_db = grid.least_db
-        te_of = grid.te_of
-        self.layouts = self._prune(self.all_layouts) if prune else list(self.all_layouts)
-        keep_d = {r.dp for r in self.layouts}
-        self.db = [x for x in self.db_all if x[0] in keep_d]
+        if prune:
+            lists = (list(x) for x in (grid.layouts, grid.db, grid.te))
+            self.all_layouts, self.db_all, self.te_all = lists
+            got = self._derive(grid, self._prune(self.all_layouts))
+        else:  # a pure function of the grid (and so of its key): once per grid
+            got = grid.derived.get("all")
+            if got is None:
+                lists = tuple(list(x) for x in (grid.layouts, grid.db, grid.te))
+                got = grid.derived.setdefault("all", (lists, self._derive(grid, list(lists[0]))))
+            (self.all_layouts, self.db_all, self.te_all), got = got
+        self.layouts, self.db, self.pv, self.te = got
+
+    def _derive(self, grid: Grid, lays: list[Layout]) -> tuple[list, list, list, list]:
+        """The layouts (of `lays`, those whose pipeline the search allows), micro-batch shapes,
+        pipelines and expert groups of the space, from its grid and the layouts kept."""
+        A, q, prof = self.A, self.search, self.profile
+        keep_d = {r.dp for r in lays}
+        db = [x for x in grid.db if x[0] in keep_d]
         vs = range(1, q.max_virtual_stages + 1)
-        self.pv = sorted(
+        pv = sorted(
             {
                 (p, v)
-                for p in {r.pp for r in self.layouts}  # each pp once: the rest is of pp alone
+                for p in {r.pp for r in lays}  # each pp once: the rest is of pp alone
                 for v in vs
                 if (v == 1 or (p > 1 and prof.interleaving))
                 and p * v <= A.L + prof.extra_chunks
                 and (not q.virtual_stages or v == q.virtual_stages)
             }
         )
-        self.te = sorted({x for k in {(r.tp, r.dp * r.cp) for r in self.layouts} for x in te_of[k]})
-        pps = {p for p, _ in self.pv}
-        self.layouts = [r for r in self.layouts if r.pp in pps]
+        te = sorted({x for k in {(r.tp, r.dp * r.cp) for r in lays} for x in grid.te_of[k]})
+        pps = {p for p, _ in pv}
+        return [r for r in lays if r.pp in pps], db, pv, te
 
     @staticmethod
     def _te_of(row: Layout, groups: dict[int, list[tuple[int, int, int]]]) -> list:
