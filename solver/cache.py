@@ -33,6 +33,7 @@ every cache; `info()` reports their sizes. The caches are per process and thread
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -260,19 +261,63 @@ def rows(cm: CostModel, layouts: Sequence[Layout]) -> Rows:
     return got
 
 
+# What `cpsat.tables.Tables._classes` puts in a memo (which axis values agree with which rows:
+# "pos" last, once the rest is there) depends on the rows, the axis domains, the framework and
+# the precision alone (the ZeRO stages a row runs), not on the cost model: a new memo starts
+# with those of another cost model's memo over the same rows (the same model on GPU types with
+# as many GPUs per node), and the empty dicts `_classes` starts the rest with.
+CLASS_ENTRIES = ("cls", "members", "flat", "z_ok")
+EMPTY_ENTRIES = ("fracs", "ffracs", "fmat", "by_db", "fine", "scores")
+MAX_CLASS_SOURCES = 4 * MAX_SPACES  # each a few arrays over the rows: a few KiB
+# per (rows, domains, framework, precision): the class entries, or a memo that computes them
+_class_sources: OrderedDict[tuple, dict | weakref.ref] = OrderedDict()
+
+
 def tables_memo(cm: CostModel, layouts: Sequence[Layout], domains: tuple) -> Memo:
     """The memo of the tables over these rows with these axis domains (a cost model built
-    outside the cache gets a fresh one)."""
+    outside the cache gets a fresh one); a new one holds the classes of rows already computed
+    over the same rows and domains under another cost model (CLASS_ENTRIES)."""
     base = getattr(cm, "cache_key", None)
     if base is None:
         return Memo()
-    key = Key(base, _layouts_key(layouts), domains)
+    lays = _layouts_key(layouts)
+    key = Key(base, lays, domains)
     with _lock:
         got = _tables.get(key)
         if got is None:
             got = _tables[key] = Memo(key)
+            t = cm.training
+            _seed(got, Key(lays, domains, t.framework, t.precision))
         _tables.move_to_end(key)
         return got
+
+
+def _seed(memo: Memo, key: Key) -> None:
+    """Start a new memo with the classes of rows of a memo of the same rows and domains (the
+    arrays are shared: the tables only read them), or make it the source for the next (under
+    the lock)."""
+    src = _class_sources.get(key)
+    if isinstance(src, weakref.ref):  # the classes only (not the memo's bounds), once computed
+        m = src()
+        src = None if m is None or "pos" not in m else _class_entries(m)
+    if src is None:
+        _class_sources[key] = weakref.ref(memo)  # its tables compute the classes next
+        while len(_class_sources) > MAX_CLASS_SOURCES:
+            _class_sources.popitem(last=False)
+        return
+    _class_sources[key] = src
+    _class_sources.move_to_end(key)
+    memo.update({k: v for k, v in src.items() if k != "pos"})
+    memo.update({k: {} for k in EMPTY_ENTRIES})
+    memo["pos"] = src["pos"]  # last, as Tables._classes: the memo is complete
+
+
+def _class_entries(memo: Memo) -> dict:
+    """The entries of a memo that depend on its rows and domains alone (CLASS_ENTRIES, "pos"
+    and the domains as arrays)."""
+    out = {k: memo[k] for k in (*CLASS_ENTRIES, "pos")}
+    out.update({k: v for k, v in memo.items() if isinstance(k, tuple) and k[0] == "dom"})
+    return out
 
 
 def grew(memo: Memo, nbytes: int) -> None:
@@ -301,6 +346,7 @@ def clear() -> None:
         _grids.clear()
         _fits.clear()
         _tuples.clear()
+        _class_sources.clear()
         _rows_held = _tables_bytes = 0
 
 

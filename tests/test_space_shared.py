@@ -3,9 +3,11 @@ GPU types with as many GPUs per node): the same lists, equal to a derivation afr
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from meshplan.solver import cache
+from meshplan.solver.cpsat.tables import Tables
 from meshplan.solver.planner import _resolve
 from meshplan.solver.schema import PlanRequest
 from meshplan.solver.space import Space
@@ -45,3 +47,33 @@ def test_spaces_of_one_grid_share_their_derived_lists(case: tuple) -> None:
     pruned = _space(model, "h100-sxm-80gb", n, training, search, prune=True)
     assert pruned.all_layouts == a.all_layouts and pruned.all_layouts is not a.all_layouts
     assert set(pruned.layouts) <= set(a.layouts)
+
+
+def _equal(a: object, b: object) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and bool((a == b).all())
+    return a == b
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_a_memo_seeded_with_another_models_classes_equals_a_fresh_one(case: tuple) -> None:
+    model, n, training, search = case
+    cache.clear()
+    a = _space(model, "h100-sxm-80gb", n, training, search, prune=False)
+    Tables(a).coarse()  # computes the classes (and bounds) into a's memo
+    b = _space(model, "h200-141gb", n, training, search, prune=False)
+    seeded = Tables(b)
+    assert seeded.memo["cls"] is Tables(a).memo["cls"]  # taken, not computed
+    got = {k: v for k, v in seeded.memo.items() if k not in ("greedy",)}
+    cache.clear()
+    b2 = _space(model, "h200-141gb", n, training, search, prune=False)
+    fresh = Tables(b2)
+    want = dict(fresh.memo)
+    assert got.keys() == want.keys()
+    for k in want:
+        assert _equal(got[k], want[k]), k
+    assert _equal(seeded.coarse(), fresh.coarse())  # and the bounds read from them
