@@ -13,16 +13,9 @@ import numpy as np
 import pytest
 from test_bounds_batched import SPECS
 
+from meshplan.solver.costmodel.factors import INT_SAFE, BatchFactor, Fractions
 from meshplan.solver.costmodel.point import Rows
-from meshplan.solver.costmodel.terms import (
-    INT_SAFE,
-    BatchFactor,
-    Fractions,
-    Group,
-    Term,
-    _group_sums,
-    int_starts_many,
-)
+from meshplan.solver.costmodel.terms import Group, Term, _group_sums, int_starts_many
 from meshplan.solver.cpsat import bounds, coarse
 from meshplan.solver.cpsat.tables import Tables
 from meshplan.solver.planner import _resolve

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from meshplan.solver.costmodel.terms import BatchFactor, Fractions
+from meshplan.solver.costmodel.factors import BatchFactor, Fractions
 
 
 def _fn(v: tuple[int, int]) -> Fraction:

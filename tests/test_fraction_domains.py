@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from meshplan.solver.costmodel.terms import BatchFactor, Fractions
+from meshplan.solver.costmodel.factors import BatchFactor, Fractions
 
 SHAPES = [(2, 4, 8), (2, 3, 9), (4, 6, 4), (1, 1, 1), (8, 12, 10)]
 

@@ -18,8 +18,9 @@ import numpy as np
 
 from meshplan.solver.costmodel import activations
 from meshplan.solver.costmodel.context import ACT_BYTES, Ctx, n_chunk, n_stage
+from meshplan.solver.costmodel.factors import BatchFactor
 from meshplan.solver.costmodel.point import LayoutOrRows, maximum, per_rows, pick
-from meshplan.solver.costmodel.terms import BatchFactor, Term
+from meshplan.solver.costmodel.terms import Term
 from meshplan.solver.profiles import profile_of
 from meshplan.solver.schema import Recompute
 

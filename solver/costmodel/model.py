@@ -14,10 +14,11 @@ import numpy as np
 from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel.constants import Constants, load_constants
 from meshplan.solver.costmodel.context import Ctx, Recipe, recipe_for, reserve_default
+from meshplan.solver.costmodel.factors import Fractions
 from meshplan.solver.costmodel.framework_timing import overlaps_for
 from meshplan.solver.costmodel.memory import TENANTS, memory_terms
 from meshplan.solver.costmodel.point import Layout, Point, Rows
-from meshplan.solver.costmodel.terms import Compiled, Fractions, Group, Points
+from meshplan.solver.costmodel.terms import Compiled, Group, Points
 from meshplan.solver.costmodel.timing import Rates, dp_terms, objective_terms
 from meshplan.solver.hardware import Hardware
 from meshplan.solver.results import MemoryBill, Performance, TimeBreakdown

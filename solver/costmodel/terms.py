@@ -13,7 +13,6 @@ single layout is a one-row table), and the integer arithmetic over many points a
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -22,12 +21,11 @@ from fractions import Fraction
 
 import numpy as np
 
+from meshplan.solver.costmodel.factors import INT_SAFE, Factor, Fractions
 from meshplan.solver.costmodel.point import Point, Rows, full
 
 FACTOR_AXES = ("pv", "te", "db")  # order in which factors are applied
 POINT_AXES = ("pv", "db", "te", "r", "z")  # a point's axes besides its layout row
-Factor = Callable[[object], Fraction]
-INT_SAFE = 1 << 58  # |integer start| below this: int64 sums of up to 32 starts cannot overflow
 MUL_SAFE = 1 << 62  # |x · numerator| below this: the int64 product is exact
 
 
@@ -62,108 +60,6 @@ class Term:
             if fn is not None:
                 x *= float(fn(p.axis(ax)))
         return x
-
-
-class DomainNumbers:
-    """One number per distinct domain values (equal lists share it, numbers are never reused, so
-    a clear cannot alias): found by the domain's identity (the last `ids` domains, kept so that
-    their ids stay unique; domains are not changed once made), else by its values (the last
-    `values` kept), hashed once per domain object instead of once per call."""
-
-    def __init__(self, ids: int, values: int) -> None:
-        self._ids, self._values = ids, values
-        self._doms: dict[int, tuple[Sequence[object], int, int]] = {}  # id -> (dom, len, number)
-        self._numbers: dict[tuple, int] = {}  # a domain's values -> its number
-        self._count = itertools.count()
-
-    def number(self, domain: Sequence[object]) -> int:
-        got = self._doms.get(id(domain))
-        if got is not None and got[0] is domain and got[1] == len(domain):
-            return got[2]
-        vals = tuple(domain)
-        num = self._numbers.get(vals)
-        if num is None:
-            if len(self._numbers) >= self._values:
-                self._numbers.clear()
-            num = self._numbers[vals] = next(self._count)
-        if len(self._doms) >= self._ids:
-            self._doms.clear()
-        self._doms[id(domain)] = (domain, len(domain), num)
-        return num
-
-
-class BatchFactor:
-    """The factor b^i · M^j of a micro-batch shape (dp, b, M), i and j in {−1, 0, 1}: exact for
-    one value, and as (numerators, denominators) arrays over many at once. One object per
-    (i, j) (`BatchFactor.of`), so that equal factors are one column of the bounds' tables."""
-
-    _made: dict[tuple[int, int], BatchFactor] = {}
-
-    def __init__(self, b: int, m: int) -> None:
-        self.b, self.m = b, m
-        self._memo: dict[tuple[int, int, int], Fraction] = {}  # shared by every cost model
-        self._arrays: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # by domain number
-
-    @classmethod
-    def of(cls, b: int, m: int) -> BatchFactor:
-        if (b, m) not in cls._made:
-            cls._made[(b, m)] = cls(b, m)
-        return cls._made[(b, m)]
-
-    def __call__(self, db: tuple[int, int, int]) -> Fraction:
-        got = self._memo.get(db)
-        if got is None:
-            num, den = 1, 1
-            for x, e in ((db[1], self.b), (db[2], self.m)):
-                if e > 0:
-                    num *= x
-                elif e < 0:
-                    den *= x
-            got = self._memo[db] = Fraction(num, den)
-        return got
-
-    def arrays(self, values: Sequence[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
-        """(numerators, denominators) in lowest terms over a domain, kept by the domain's values
-        for every cost model (spaces of many requests share their micro-batch shapes)."""
-        k = _BATCH_DOMAINS.number(values)
-        got = self._arrays.get(k)
-        if got is None:
-            if len(self._arrays) >= 64:  # the last few domains (~3.5 KB each)
-                self._arrays.clear()
-            got = self._arrays[k] = self._arrays_of(_batch_values(k, values))
-            for a in got:  # shared by every cost model: read-only
-                a.flags.writeable = False
-        return got
-
-    def _arrays_of(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        num = np.ones(len(v), dtype=np.int64)
-        den = np.ones(len(v), dtype=np.int64)
-        for x, e in ((v[:, 1], self.b), (v[:, 2], self.m)):
-            if e > 0:
-                num = num * x
-            elif e < 0:
-                den = den * x
-        if self.b * self.m >= 0:  # num or den is all ones: already in lowest terms
-            return num, den
-        g = np.gcd(num, den)
-        return num // g, den // g
-
-
-# micro-batch domains, shared by every BatchFactor (a space's few, ~16 KB of values each)
-_BATCH_DOMAINS = DomainNumbers(ids=64, values=256)
-_BATCH_VALUES: dict[int, np.ndarray] = {}  # domain number -> its values, (|domain|, 3) int64
-
-
-def _batch_values(k: int, values: Sequence[tuple[int, int, int]]) -> np.ndarray:
-    """The micro-batch domain numbered k as an int64 array (kept: every BatchFactor of a space
-    reads the same domain, converted once instead of once per factor)."""
-    got = _BATCH_VALUES.get(k)
-    if got is None:
-        if len(_BATCH_VALUES) >= 64:  # the last few domains, as BatchFactor keeps its arrays
-            _BATCH_VALUES.clear()
-        got = _BATCH_VALUES[k] = np.array(values, dtype=np.int64).reshape(-1, 3)
-        got.flags.writeable = False
-    return got
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -272,70 +168,6 @@ def _group_sums(x: np.ndarray, sizes: list[int]) -> np.ndarray:
         more = np.flatnonzero(size > r)
         out[more] += x[first[more] + r]
     return out
-
-
-class Fractions:
-    """Factor values per axis value, computed once (factors are exact rationals); and as arrays
-    over the few domains recently asked for (an LRU of `ARRAYS` domains)."""
-
-    ARRAYS = 64
-
-    def __init__(self) -> None:
-        self._memo: dict[tuple[Factor, object], Fraction] = {}
-        self._pairs: dict[tuple[Factor, object], tuple[int, int]] = {}
-        self._arrays: OrderedDict[tuple[Factor, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._domains = DomainNumbers(ids=self.ARRAYS * 4, values=self.ARRAYS * 4)
-
-    def __call__(self, fn: Factor, v: object) -> Fraction:
-        k = (fn, v)
-        f = self._memo.get(k)
-        if f is None:
-            f = self._memo[k] = fn(v)
-        return f
-
-    def pair(self, fn: Factor, v: object) -> tuple[int, int]:
-        """(numerator, denominator) of `self(fn, v)` as Python integers, kept."""
-        k = (fn, v)
-        got = self._pairs.get(k)
-        if got is None:
-            f = self(fn, v)
-            got = self._pairs[k] = (f.numerator, f.denominator)
-        return got
-
-    def domain_number(self, domain: Sequence[object]) -> int:
-        """One number per distinct domain values (`DomainNumbers`)."""
-        return self._domains.number(domain)
-
-    def arrays(self, fn: Factor, domain: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
-        """(numerators, denominators) over a domain of axis values (int64, or Python integers
-        when one does not fit). Kept by the domain's values (`domain_number`: spaces of one cost
-        model at other GPU counts often have the same pipelines, expert groups and micro-batch
-        shapes), for every factor, micro-batch factors included."""
-        k = (fn, self.domain_number(domain))
-        got = self._arrays.get(k)
-        if got is not None:
-            self._arrays.move_to_end(k)
-            return got
-        got = self._arrays[k] = self._arrays_of(fn, domain)
-        while len(self._arrays) > self.ARRAYS * 16:
-            self._arrays.popitem(last=False)
-        return got
-
-    def _arrays_of(self, fn: Factor, domain: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
-        if isinstance(fn, BatchFactor):
-            return fn.arrays(domain)
-        pair = self.pair
-        pairs = [pair(fn, v) for v in domain]
-        try:  # one conversion of the (numerator, denominator) pairs; denominators are positive
-            a = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-            if a.max(initial=0) < INT_SAFE and a.min(initial=0) > -INT_SAFE:
-                num, den = a.T.copy()
-                return num, den
-        except OverflowError:
-            pass
-        return np.array([n for n, _ in pairs], dtype=object), np.array(
-            [d for _, d in pairs], dtype=object
-        )
 
 
 @dataclass(eq=False)

@@ -9,8 +9,9 @@ from fractions import Fraction
 import numpy as np
 
 from meshplan.solver.costmodel.context import Ctx, n_chunk, n_stage
+from meshplan.solver.costmodel.factors import BatchFactor
 from meshplan.solver.costmodel.point import Layout, LayoutOrRows, per_rows
-from meshplan.solver.costmodel.terms import BatchFactor, Term
+from meshplan.solver.costmodel.terms import Term
 
 
 def _per_token(c: Ctx, lay: LayoutOrRows) -> np.ndarray:

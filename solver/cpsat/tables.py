@@ -14,14 +14,9 @@ import numpy as np
 
 from meshplan.solver import cache
 from meshplan.solver.costmodel import Layout, Point
+from meshplan.solver.costmodel.factors import Factor
 from meshplan.solver.costmodel.point import Rows
-from meshplan.solver.costmodel.terms import (
-    FACTOR_AXES,
-    Compiled,
-    Factor,
-    Group,
-    int_starts_many,
-)
+from meshplan.solver.costmodel.terms import FACTOR_AXES, Compiled, Group, int_starts_many
 from meshplan.solver.cpsat.bounds import Fine, Sums, fine_bounds, shape_bounds, stack_sums
 from meshplan.solver.cpsat.coarse import coarse_bounds
 from meshplan.solver.space import Space

@@ -13,7 +13,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from meshplan.solver.costmodel import Point
-from meshplan.solver.costmodel.terms import Factor
+from meshplan.solver.costmodel.factors import Factor
 from meshplan.solver.cpsat.tables import Tables
 
 Literal = cp_model.IntVar | bool
