@@ -9,32 +9,13 @@ from __future__ import annotations
 from itertools import islice
 
 import pytest
+from test_costmodel_per_rows import CASES, _space
 
 from meshplan.solver import cache
 from meshplan.solver.costmodel.model import COMPONENTS, MEMORY_UNIT, STAGES, CostModel
 from meshplan.solver.costmodel.point import Point, Rows
-from meshplan.solver.planner import _resolve
 from meshplan.solver.results import MemoryBill
-from meshplan.solver.schema import PlanRequest
 from meshplan.solver.space import Space
-
-CASES = [
-    ("llama3-8b", "h100-sxm-80gb", 16, {"seq_len": 4096}),
-    ("mixtral-8x7b", "h100-sxm-80gb", 64, {"seq_len": 8192}),
-    ("llama3-70b", "a100-sxm-80gb", 32, {"seq_len": 8192, "framework": "torchtitan"}),
-]
-
-
-def _space(model: str, gpu: str, n: int, training: dict) -> Space:
-    req = PlanRequest.model_validate(
-        {
-            "model": {"preset": model},
-            "cluster": {"gpu": gpu, "num_gpus": n},
-            "training": training,
-        }
-    )
-    A, H, cm = _resolve(req)
-    return Space.build(A, H, req.training, req.search, cm, prune=False)
 
 
 def _points(sp: Space, k: int = 60) -> list[tuple[Point, int]]:
