@@ -22,7 +22,7 @@ frozen objects would be kept, so once the frozen heap has doubled since the last
 A process that solves also keeps the heap it freed for the next solve (`keep_freed_heap`): by
 default glibc hands large freed blocks back to the system at once (munmap, and trimming the top
 of the heap past 128 KiB), and the next solve faults the same pages in again, each zeroed by the
-kernel. On this 2-core VM that was ~75 page faults a plan and a third of a solver process's
+kernel. On this 2-core VM that was ~75 page faults a plan and a quarter of a solver process's
 system time; the periodic `malloc_trim(0)` still returns what stays free.
 """
 
@@ -39,14 +39,18 @@ from collections.abc import Callable
 log = logging.getLogger("meshplan.server")
 
 
-def trimmer() -> Callable[[], int] | None:
-    """glibc's malloc_trim(0), or None where there is no glibc."""
+def _glibc(name: str) -> Callable[..., int] | None:
+    """glibc's function `name`, or None where there is no glibc."""
     try:
-        libc = ctypes.CDLL("libc.so.6")
-        trim = libc.malloc_trim
+        return getattr(ctypes.CDLL("libc.so.6"), name)
     except (OSError, AttributeError):
         return None
-    return lambda: trim(0)
+
+
+def trimmer() -> Callable[[], int] | None:
+    """glibc's malloc_trim(0), or None where there is no glibc."""
+    trim = _glibc("malloc_trim")
+    return None if trim is None else lambda: trim(0)
 
 
 # mallopt(3) parameters (glibc malloc.h): M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD.
@@ -61,11 +65,8 @@ KEEP_HEAP = (
 def keep_freed_heap() -> bool:
     """Set glibc's malloc to keep freed blocks for reuse instead of returning them at once (see
     the module's docstring); False where there is no glibc or it refused a value."""
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return False
-    return all(mallopt(param, value) == 1 for param, value in KEEP_HEAP)
+    mallopt = _glibc("mallopt")
+    return mallopt is not None and all(mallopt(param, value) == 1 for param, value in KEEP_HEAP)
 
 
 async def trim_periodically(interval_s: float) -> None:

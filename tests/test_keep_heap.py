@@ -9,36 +9,32 @@ import resource
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
 from meshplan.server.memory import trimmer
 from meshplan.server.pool import ProcessRunner
 
-# A "solve" writes 40 arrays of 1 MiB and frees them all; the page faults of 20 more solves.
+# In a fresh process, with glibc's defaults or with keep_freed_heap: `churn` below.
 _PROBE = """
-import resource, sys
-import numpy as np
+import sys
+sys.path.insert(0, sys.argv[2])
 from meshplan.server.memory import keep_freed_heap
+from test_keep_heap import churn
 
 if sys.argv[1] == "keep":
     assert keep_freed_heap()
-
-def solve():
-    arrays = [np.ones(1 << 17) for _ in range(40)]
-    del arrays
-
-solve()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(20):
-    solve()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(churn(20, stop=None))
 """
 
 
 def _faults(mode: str) -> int:
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE, mode], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _PROBE, mode, str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return int(out.stdout.split()[-1])
 
@@ -51,8 +47,9 @@ def test_freed_arrays_are_reused_not_faulted_in_again() -> None:
     assert kept < default // 100
 
 
-def churn(solves: int, *, stop: threading.Event) -> int:
-    """In a solver process: the page faults of `solves` solves after a first one."""
+def churn(solves: int, *, stop: threading.Event | None) -> int:
+    """The page faults of `solves` "solves" after a first one, each writing 40 arrays of 1 MiB
+    and freeing them all (in a solver process, or the probe's)."""
     import numpy as np
 
     def solve() -> None:
