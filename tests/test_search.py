@@ -111,3 +111,52 @@ def test_stopped_before_the_first_model_falls_back_to_the_greedy_plan() -> None:
         r = plan(small_request(), stop_event=stop)
     assert r.status is PlanStatus.FEASIBLE and r.solver.used_fallback
     assert r.solver.status == "FALLBACK" and r.solver.gap == 1.0
+
+
+def _refined_and_answer(req: PlanRequest, cut: bool) -> tuple[int, dict]:
+    """Rows refined (fine bounds computed) while planning `req` from fresh caches, and the
+    answer without its timings; `cut`: whether rows above the cap wait (the default)."""
+    seen: list[int] = []
+    init, refine = search_mod._Rows.__init__, search_mod._Rows._refine
+
+    def counted(self: search_mod._Rows, k: int, below: float = search_mod.INF) -> None:
+        before = self.pos
+        refine(self, k, below)
+        seen.append(self.pos - before)
+
+    def uncut(self: search_mod._Rows, tables: object) -> None:
+        init(self, tables)
+        self.best_only = cut
+
+    cache.clear()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(search_mod._Rows, "_refine", counted)
+        mp.setattr(search_mod._Rows, "__init__", uncut)
+        d = plan(req).model_dump(mode="json")
+    d["solver"]["wall_time_s"] = d["solver"]["solve_time_s"] = 0
+    return sum(seen), d
+
+
+def test_rows_above_the_cap_wait_and_the_answer_is_the_same() -> None:
+    """Rows whose coarse bound exceeds the best objective known cannot hold the best point:
+    refining them later, if at all, leaves every answer (alternatives included) as it was."""
+    fewer = 0
+    for req in (
+        small_request(),
+        small_request(top_k=3),
+        PlanRequest.model_validate(
+            {"model": {"preset": "llama3-70b"}, "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 64}}
+        ),
+        PlanRequest.model_validate(
+            {
+                "model": {"preset": "mixtral-8x7b"},
+                "cluster": {"gpu": "a100-sxm-80gb", "num_gpus": 32},
+            }
+        ),
+    ):
+        n_cut, with_cut = _refined_and_answer(req, True)
+        n_all, without = _refined_and_answer(req, False)
+        assert with_cut == without
+        assert n_cut <= n_all
+        fewer += n_cut < n_all
+    assert fewer  # the cut spares some rows on these spaces

@@ -27,7 +27,7 @@ from meshplan.solver.space import Space
 
 FIRST_ROWS = 1  # rows in the first model; a model found infeasible doubles its rows
 REFINE_BATCH = 32  # rows whose fine bounds are computed at once
-FIRST_REFINE = 16  # rows refined first, whose best points give the first cap
+FIRST_REFINE = 8  # rows refined first, whose best points give the first cap
 GROW_MIN = 4  # rows a round adds at least, when rows below the optimum were left out
 INF = float("inf")
 ALT_MARGIN = 0.02  # an alternative is first looked for within 2% of the last answer
@@ -61,6 +61,7 @@ class _Rows:
         self.pos = 0  # todo[pos:] are not refined yet
         self.ranked: list[tuple[float, int]] = []  # refined rows that can fit, by fine bound
         self.model: list[int] = []
+        self.best_only = True  # no point found yet: rows above the cap cannot hold the best
 
     def _next_coarse(self) -> float:
         return float(self.tb.coarse()[self.todo[self.pos]]) if self.pos < len(self.todo) else INF
@@ -69,12 +70,17 @@ class _Rows:
         """Refine the next k rows in coarse order, at most as many as are refined already (the
         first time only a few), and only those whose coarse bound is below `below` (at least
         one): the exact scores of each batch's best points lower the cap, and the cells above
-        the cap need no fine bounds."""
+        the cap need no fine bounds. While the best point is sought, nor do rows whose coarse
+        bound exceeds the cap (a point known to fit costs that much): they are left for a later
+        batch (the alternatives' search), if one is needed."""
         self.tb.check()
         k = min(k, max(FIRST_REFINE, self.pos))  # doubling: the cap tightens between batches
         batch = self.todo[self.pos : self.pos + k]
         ranks = self.tb.coarse()[batch]  # ascending: todo is in coarse order
-        batch = batch[: max(1, int(np.searchsorted(ranks, below)))]  # the rest need no bounds
+        n = np.searchsorted(ranks, below)
+        if self.best_only:
+            n = min(n, np.searchsorted(ranks, self.tb.cap, side="right"))
+        batch = batch[: max(1, int(n))]  # the rest need no bounds
         self.pos += len(batch)
         self.tb.refine(batch)
         self.tb.improve_cap(batch)
@@ -159,6 +165,7 @@ def search(
         if not out.points:
             out.bound = min(res.bound, rows.next_bound())
         out.points.append(res.point)
+        rows.best_only = False
         hint = None
     if not out.points and out.status == "OPTIMAL":
         out.status = "INFEASIBLE"
