@@ -105,3 +105,14 @@ def test_zero_stages_a_row_does_not_run_have_no_fine_bound(name: str) -> None:
         assert np.isinf(f.by_rz[:, :, off]).all()
         assert (f.pv[:, :, off] == tb.agree("pv", r)[0]).all()
     assert any(np.isfinite(got[r].by_rz).any() for r in some)
+
+
+def test_margin_of_all_sums_at_once_is_the_margin_of_each() -> None:
+    rng = np.random.default_rng(1)
+    v = rng.standard_normal((5, 1, 3, 4, 50)) * 10.0 ** rng.integers(-3, 12, (5, 1, 3, 4, 50))
+    low = np.array([True, False, True, True, False])
+    each = v.copy()
+    for k, lk in enumerate(low.tolist()):
+        bounds._margin_own(each[k], lk)
+    bounds._margin_all(v, low)
+    assert np.array_equal(v, each) and (np.signbit(v) == np.signbit(each)).all()

@@ -44,7 +44,10 @@ def _stack_sums_per_selector(tb: Tables, comps: list) -> bounds.Sums:
             rows = [tables[at + i * nv : at + (i + 1) * nv] for i in range(len(owner))]
             at += nv * len(owner)
             groups[sel] = (np.array(rows, dtype=float), np.array(idx).T, np.array(owner))
-    return bounds.Sums(np.array([low for _, low in comps]), groups)
+    ns, nf = len(comps), 1 + len(tb.factor_fns["db"])
+    return bounds.Sums(
+        np.array([low for _, low in comps]), groups, bounds.slot_matrices(groups, ns, nf)
+    )
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -84,3 +87,22 @@ def test_firsts(o: list[int]) -> None:
     a = np.array(o, dtype=np.int64)
     want = np.unique(a, return_index=True)[1] if len(a) else np.zeros(0, np.int64)
     assert coarse._firsts(a).tolist() == want.tolist()
+
+
+def test_slot_matrices_sum_as_tensordot_did(tb: Tables) -> None:
+    """`_split` sums the groups into their (sum, db factor) slots with the kept slot matrices:
+    one 1 per group, where its sum and db factor say, and the same bits as the one-hot
+    tensordot built at every call before."""
+    sums = tb.sums()
+    ns, nf = len(sums.low), 1 + len(tb.factor_fns["db"])
+    rng = np.random.default_rng(0)
+    for sel, (start, idx, owner) in sums.groups.items():
+        m = sums.slots[sel]
+        assert m.shape == (len(owner), ns * nf) and (m.sum(axis=1) == 1).all()
+        assert (np.flatnonzero(m.reshape(-1)) % (ns * nf) == owner * nf + idx[2]).all()
+        val = rng.standard_normal((len(owner), *start.shape[1:])) * 1e6
+        onehot = np.zeros((len(owner), ns * nf))
+        onehot[np.arange(len(owner)), owner * nf + idx[2]] = 1.0
+        want = np.tensordot(onehot, val, axes=(0, 0))
+        got = np.dot(m.T, val.reshape(len(owner), -1)).reshape(want.shape)
+        assert _same(got, want), sel
