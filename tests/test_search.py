@@ -12,6 +12,7 @@ from test_grpc_support import big_request, small_request
 from test_oracle_property import instances, oracle_settings
 
 import meshplan.solver.cpsat.search as search_mod
+import meshplan.solver.cpsat.tables as tables_mod
 import meshplan.solver.planner as planner_mod
 from meshplan.solver import cache, plan
 from meshplan.solver.oracle import oracle
@@ -113,18 +114,25 @@ def test_stopped_before_the_first_model_falls_back_to_the_greedy_plan() -> None:
     assert r.solver.status == "FALLBACK" and r.solver.gap == 1.0
 
 
-def _refined_and_answer(req: PlanRequest, cut: bool) -> tuple[int, dict]:
-    """Rows refined (fine bounds computed) while planning `req` from fresh caches, and the
-    answer without its timings; `cut`: whether rows above the cap wait (the default)."""
+def _refined_and_answer(req: PlanRequest, cut: bool = True, lead: bool = True) -> tuple[int, dict]:
+    """Rows refined (fine bounds computed) plus fine cells listed while planning `req` from
+    fresh caches, and the answer without its timings; `cut`: whether rows above the cap wait,
+    `lead`: whether each batch refines its most promising row first (both the default)."""
     seen: list[int] = []
     init, refine = search_mod._Rows.__init__, search_mod._Rows._refine
+    fine = tables_mod.fine_bounds
 
     def counted(self: search_mod._Rows, k: int, below: float = search_mod.INF) -> None:
         before = self.pos
         refine(self, k, below)
         seen.append(self.pos - before)
 
-    def uncut(self: search_mod._Rows, tables: object) -> None:
+    def cells(tb: tables_mod.Tables, rows: list[int], cap: float) -> dict:
+        got = fine(tb, rows, cap)
+        seen.extend(len(f.db) for f in got.values())
+        return got
+
+    def uncut(self: search_mod._Rows, tables: tables_mod.Tables) -> None:
         init(self, tables)
         self.best_only = cut
 
@@ -132,31 +140,40 @@ def _refined_and_answer(req: PlanRequest, cut: bool) -> tuple[int, dict]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(search_mod._Rows, "_refine", counted)
         mp.setattr(search_mod._Rows, "__init__", uncut)
+        mp.setattr(tables_mod, "fine_bounds", cells)
+        if not lead:
+            mp.setattr(tables_mod.Tables, "lead", lambda self, rows: None)
         d = plan(req).model_dump(mode="json")
     d["solver"]["wall_time_s"] = d["solver"]["solve_time_s"] = 0
     return sum(seen), d
 
 
-def test_rows_above_the_cap_wait_and_the_answer_is_the_same() -> None:
-    """Rows whose coarse bound exceeds the best objective known cannot hold the best point:
-    refining them later, if at all, leaves every answer (alternatives included) as it was."""
+_SPACES = (
+    small_request(),
+    small_request(top_k=3),
+    PlanRequest.model_validate(
+        {"model": {"preset": "llama3-70b"}, "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 64}}
+    ),
+    PlanRequest.model_validate(
+        {
+            "model": {"preset": "mixtral-8x7b"},
+            "cluster": {"gpu": "a100-sxm-80gb", "num_gpus": 32},
+        }
+    ),
+)
+
+
+@pytest.mark.parametrize("what", ["cut", "lead"])
+def test_less_refined_and_the_answer_is_the_same(what: str) -> None:
+    """Rows whose coarse bound exceeds the best objective known cannot hold the best point, so
+    they wait ("cut"); the most promising row of a batch is refined first and its best point
+    caps the rest ("lead"). Either leaves every answer (alternatives included) as it was, and
+    spares rows or fine cells on some of these spaces."""
     fewer = 0
-    for req in (
-        small_request(),
-        small_request(top_k=3),
-        PlanRequest.model_validate(
-            {"model": {"preset": "llama3-70b"}, "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 64}}
-        ),
-        PlanRequest.model_validate(
-            {
-                "model": {"preset": "mixtral-8x7b"},
-                "cluster": {"gpu": "a100-sxm-80gb", "num_gpus": 32},
-            }
-        ),
-    ):
-        n_cut, with_cut = _refined_and_answer(req, True)
-        n_all, without = _refined_and_answer(req, False)
-        assert with_cut == without
-        assert n_cut <= n_all
-        fewer += n_cut < n_all
-    assert fewer  # the cut spares some rows on these spaces
+    for req in _SPACES:
+        n_on, on = _refined_and_answer(req)
+        n_off, off = _refined_and_answer(req, **{what: False})
+        assert on == off
+        assert n_on <= n_off
+        fewer += n_on < n_off
+    assert fewer

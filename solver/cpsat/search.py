@@ -27,7 +27,7 @@ from meshplan.solver.space import Space
 
 FIRST_ROWS = 1  # rows in the first model; a model found infeasible doubles its rows
 REFINE_BATCH = 32  # rows whose fine bounds are computed at once
-FIRST_REFINE = 8  # rows refined first, whose best points give the first cap
+FIRST_REFINE = 16  # rows refined first (the most promising one before the rest: Tables.lead)
 GROW_MIN = 4  # rows a round adds at least, when rows below the optimum were left out
 INF = float("inf")
 ALT_MARGIN = 0.02  # an alternative is first looked for within 2% of the last answer
@@ -69,8 +69,8 @@ class _Rows:
     def _refine(self, k: int, below: float = INF) -> None:
         """Refine the next k rows in coarse order, at most as many as are refined already (the
         first time only a few), and only those whose coarse bound is below `below` (at least
-        one): the exact scores of each batch's best points lower the cap, and the cells above
-        the cap need no fine bounds. While the best point is sought, nor do rows whose coarse
+        one): the exact scores of each batch's best points (its most promising row's first)
+        lower the cap, and the cells above the cap need no fine bounds. While the best point is sought, nor do rows whose coarse
         bound exceeds the cap (a point known to fit costs that much): they are left for a later
         batch (the alternatives' search), if one is needed."""
         self.tb.check()
@@ -82,6 +82,7 @@ class _Rows:
             n = min(n, np.searchsorted(ranks, self.tb.cap, side="right"))
         batch = batch[: max(1, int(n))]  # the rest need no bounds
         self.pos += len(batch)
+        self.tb.lead(batch)
         self.tb.refine(batch)
         self.tb.improve_cap(batch)
         for r in batch:

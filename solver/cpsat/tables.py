@@ -258,6 +258,22 @@ class Tables:
             )
         self._fine.update((r, self._fine_at[(r, cap)]) for r in todo)
 
+    def lead(self, rows: list[int]) -> None:
+        """Of these rows not refined yet (two or more), refine first the one whose least shape
+        bound is least (shape bounds of all of them, as `refine` takes next) and lower the cap
+        by its guess: the others' fine bounds then list only the cells below a cap near the
+        best point (the greedy hint that sets the first cap is ~1.3x the optimum at the median
+        of the throughput sweep)."""
+        rows = [r for r in rows if r not in self._fine]
+        if len(rows) < 2:
+            return
+        self._shapes([r for r in rows if r not in self._by_db])
+        least = [float(b.min()) if len(b) else np.inf for _, b in map(self._by_db.get, rows)]
+        j = int(np.argmin(least))
+        if least[j] <= self.cap:
+            self.refine([rows[j]])
+            self.improve_cap([rows[j]])
+
     def _shapes(self, rows: list[int]) -> None:
         """Bound the micro-batch shapes of these rows (shape_bounds), into the memo."""
         if rows:
