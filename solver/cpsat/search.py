@@ -69,10 +69,11 @@ class _Rows:
     def _refine(self, k: int, below: float = INF) -> None:
         """Refine the next k rows in coarse order, at most as many as are refined already (the
         first time only a few), and only those whose coarse bound is below `below` (at least
-        one): the exact scores of each batch's best points (its most promising row's first)
-        lower the cap, and the cells above the cap need no fine bounds. While the best point is sought, nor do rows whose coarse
-        bound exceeds the cap (a point known to fit costs that much): they are left for a later
-        batch (the alternatives' search), if one is needed."""
+        one): the exact scores of each batch's best points (its most promising row's first,
+        `Tables.lead`) lower the cap, and the cells above the cap need no fine bounds. While
+        the best point is sought, nor do rows whose coarse bound exceeds the cap (a point known
+        to fit costs that much): they are left for a later batch (the alternatives' search),
+        if one is needed."""
         self.tb.check()
         k = min(k, max(FIRST_REFINE, self.pos))  # doubling: the cap tightens between batches
         batch = self.todo[self.pos : self.pos + k]
@@ -81,8 +82,10 @@ class _Rows:
         if self.best_only:
             n = min(n, np.searchsorted(ranks, self.tb.cap, side="right"))
         batch = batch[: max(1, int(n))]  # the rest need no bounds
-        self.pos += len(batch)
         self.tb.lead(batch)
+        if self.best_only:  # the lead may have lowered the cap (its own row stays: bound <= cap)
+            batch = batch[: max(1, int(np.searchsorted(ranks, self.tb.cap, side="right")))]
+        self.pos += len(batch)
         self.tb.refine(batch)
         self.tb.improve_cap(batch)
         for r in batch:
