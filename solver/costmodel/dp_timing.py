@@ -8,22 +8,34 @@ from fractions import Fraction
 import numpy as np
 
 from meshplan.solver.costmodel.context import Ctx
-from meshplan.solver.costmodel.memory import _extras, _layer_params
-from meshplan.solver.costmodel.point import LayoutOrRows, maximum, per_rows, pick
+from meshplan.solver.costmodel.memory import _extras, _layer_params, expert_shard
+from meshplan.solver.costmodel.point import (
+    LayoutOrRows,
+    column,
+    dp_cp,
+    maximum,
+    per_rows,
+    pick,
+    tp_dp_cp,
+)
 from meshplan.solver.costmodel.rates import BUCKET, Rates, _etp
 from meshplan.solver.costmodel.terms import Term
-from meshplan.solver.costmodel.timing_axes import _Axes
+from meshplan.solver.costmodel.timing_axes import _Axes, _per_mb, _per_token
 
 
 def optimizer_terms(c: Ctx, R: Rates, fx, stage, inv_bm) -> list[Term]:  # noqa: ANN001
     """Adam step: read/write master, m, v, read grads, write weights, over the local shard."""
     per_param = (2 * c.ob + c.gb + c.wb) / c.H.hbm_bw
-    shard = lambda lay, sh: lay.dp * lay.cp if sh else 1  # noqa: E731
     z1 = lambda z: z >= 1  # noqa: E731
+
+    def local(lay: LayoutOrRows, i: int, sh: bool) -> np.ndarray:
+        x = dp_params(c, lay)[i]
+        return x / dp_cp(lay) if sh else x  # x/1 is x
+
     out = [
         Term(
             "optimizer",
-            lambda lay, sh: dp_params(c, lay)[0] / shard(lay, sh) * per_param * fx(lay),
+            lambda lay, sh: local(lay, 0, sh) * per_param * fx(lay),
             sel="z",
             key=z1,
             pv=stage,
@@ -31,7 +43,7 @@ def optimizer_terms(c: Ctx, R: Rates, fx, stage, inv_bm) -> list[Term]:  # noqa:
         ),
         Term(
             "optimizer",
-            lambda lay, sh: dp_params(c, lay)[2] / shard(lay, sh) * per_param * fx(lay),
+            lambda lay, sh: local(lay, 2, sh) * per_param * fx(lay),
             sel="z",
             key=z1,
             db=inv_bm,
@@ -50,11 +62,7 @@ def optimizer_terms(c: Ctx, R: Rates, fx, stage, inv_bm) -> list[Term]:  # noqa:
             ),
             Term(
                 "optimizer",
-                lambda lay, sh: (
-                    dp_params(c, lay)[1] / (lay.tp * lay.dp * lay.cp) * per_param * fx(lay)
-                    if sh
-                    else 0.0
-                ),
+                lambda lay, sh: expert_shard(c, lay) * per_param * fx(lay) if sh else 0.0,
                 sel="z",
                 key=z1,
                 pv=stage,
@@ -96,14 +104,63 @@ def _dp_volume(c: Ctx, z: int) -> tuple[float, float]:
 
 def _ring(R: Rates, lay: LayoutOrRows) -> np.ndarray:
     """Latency of one all-gather or reduce-scatter over the dp·cp group."""
-    n = lay.dp * lay.cp
-    return pick(n == 1, 0.0, R.ring_latency(n, lay.tp * lay.cp * lay.dp))
+    n = dp_cp(lay)
+    return pick(n == 1, 0.0, R.ring_latency(n, tp_dp_cp(lay)))  # the span tp·cp·dp: integers
 
 
 def _dp_group(R: Rates, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray]:
     """(size, bandwidth per GPU) of the dp·cp group's ring."""
-    g = lay.dp * lay.cp
+    g = dp_cp(lay)
     return g, R.group_bw(g, lay.tp)
+
+
+def _coll(R: Rates, lay: LayoutOrRows, z0: bool) -> np.ndarray:
+    """Latency of a bucket's collectives: an all-reduce (ZeRO-0), else a reduce-scatter and an
+    all-gather."""
+    if z0:
+        n = dp_cp(lay)
+        return pick(n == 1, 0.0, R.allreduce_latency(n, tp_dp_cp(lay)))
+    return 2 * per_rows(_ring, R, lay)
+
+
+def _buckets_of(lay: LayoutOrRows) -> np.ndarray:
+    # Megatron DDP's bucket: max(4e7, 1e6·dp) elements, over the dp·cp group
+    return maximum(BUCKET, 1_000_000 * lay.dp * lay.cp)
+
+
+def _bucket_latency(c: Ctx, lay: LayoutOrRows, R: Rates, i: int, z0: bool) -> np.ndarray:
+    """Per micro-batch: the buckets of `dp_params(c, lay)[i]` (one more for the extras, i = 2),
+    each paying `_coll` (over rows computed once: ZeRO stages 1 and 2 share it)."""
+    buckets = dp_params(c, lay)[i] / column(_buckets_of, lay)
+    if i == 2:
+        buckets = buckets + 1
+    return buckets * per_rows(_coll, R, lay, z0) * per_rows(_per_mb, c, lay)
+
+
+def _comm(c: Ctx, lay: LayoutOrRows, R: Rates, i: int, nb: float) -> np.ndarray:
+    """`dp_params(c, lay)[i]` times the dp ring's cost per byte (`_coef`; i = 1: the expert
+    group's), over rows computed once (ZeRO stages of equal bytes share it)."""
+    return dp_params(c, lay)[i] * per_rows(_coef, c, lay, R, nb, i == 1)
+
+
+def _coef(c: Ctx, lay: LayoutOrRows, R: Rates, nb: float, experts: bool) -> np.ndarray:
+    """Seconds per token of the step per parameter of nb bytes moved over the dp·cp ring: a
+    ring moves (g − 1)/g of its volume (Thakur et al. 2005); the expert-data-parallel group
+    tp·cp·dp/(ep·etp) moves (1/(ep·etp) − 1/(tp·cp·dp)) of the experts' parameters per GPU
+    (Megatron-Core MoE parallel folding): here nb, the rest is in the terms' factors."""
+    g, bw = per_rows(_dp_group, R, lay)
+    fx = per_rows(_per_mb, c, lay)
+    if experts:
+        return pick(g == 1, 0.0, nb / bw * fx)
+    return pick(g == 1, 0.0, nb * (g - 1) / g / bw * fx)
+
+
+def _credit(c: Ctx, lay: LayoutOrRows, R: Rates, share: float, tok: bool) -> np.ndarray:
+    """share of a layer's per-token time (tok) or of its fixed per-micro-batch time, per token
+    of the step (over rows computed once: ZeRO stages of equal shares share it)."""
+    if tok:
+        return share * R.layer(lay) * per_rows(_per_token, c, lay)
+    return share * sum(R.fixed(lay)) * per_rows(_per_mb, c, lay)
 
 
 def _dp_latency(c: Ctx, R: Rates, z: int, x: _Axes) -> list[Term]:
@@ -111,10 +168,6 @@ def _dp_latency(c: Ctx, R: Rates, z: int, x: _Axes) -> list[Term]:
     gathers each layer forward and backward and reduce-scatters it), else per bucket."""
     fx = x.fx
     ring = lambda lay: per_rows(_ring, R, lay)  # noqa: E731
-
-    def buckets(params: np.ndarray, lay: LayoutOrRows) -> np.ndarray:
-        return params / maximum(BUCKET, 1_000_000 * lay.dp * lay.cp)
-
     if z == 3:
         per_mb, once = (2, 1) if c.recipe.reduce_bytes else (3, 0)
         out = [Term("dp_comm", lambda lay, _: per_mb * ring(lay) * fx(lay), pv=x.stage, db=x.inv_b)]
@@ -122,14 +175,8 @@ def _dp_latency(c: Ctx, R: Rates, z: int, x: _Axes) -> list[Term]:
             out.append(Term("dp_comm", lambda lay, _: ring(lay) * fx(lay), pv=x.stage, db=x.inv_bm))
         return out
 
-    def coll(lay: LayoutOrRows) -> np.ndarray:
-        if z == 0:
-            n = lay.dp * lay.cp
-            return pick(n == 1, 0.0, R.allreduce_latency(n, lay.tp * lay.cp * lay.dp))
-        return 2 * ring(lay)
-
-    layer = lambda lay, _: buckets(dp_params(c, lay)[0], lay) * coll(lay) * fx(lay)  # noqa: E731
-    rest = lambda lay, _: (buckets(dp_params(c, lay)[2], lay) + 1) * coll(lay) * fx(lay)  # noqa: E731
+    layer = lambda lay, _: per_rows(_bucket_latency, c, lay, R, 0, z == 0)  # noqa: E731
+    rest = lambda lay, _: per_rows(_bucket_latency, c, lay, R, 2, z == 0)  # noqa: E731
     db = x.inv_b if z == 2 else x.inv_bm  # ZeRO-2 reduce-scatters every micro-batch
     return [Term("dp_comm", layer, pv=x.stage, db=db), Term("dp_comm", rest, db=db)]
 
@@ -138,17 +185,9 @@ def dp_terms(c: Ctx, R: Rates, z: int) -> tuple[list[Term], list[Term]]:
     """(comm, credit) terms per token for ZeRO stage z: exposed = max(0, comm − credit)."""
     A, K, x = c.A, c.K, _Axes(c)
     inv_group = lambda te: Fraction(1, te[1] * _etp(te))  # noqa: E731
-    fx, pt = x.fx, x.pt
 
-    def coef(lay: LayoutOrRows, nb: float) -> np.ndarray:
-        g, bw = per_rows(_dp_group, R, lay)
-        return pick(g == 1, 0.0, nb * (g - 1) / g / bw * fx(lay))
-
-    # Expert-data-parallel group tp·cp·dp/(ep·etp): a ring moves (1/(ep·etp) − 1/(tp·cp·dp)) of
-    # the experts' parameters per GPU (Megatron-Core MoE parallel folding).
-    def coef_exp(lay: LayoutOrRows, nb: float) -> np.ndarray:
-        g, bw = per_rows(_dp_group, R, lay)
-        return pick(g == 1, 0.0, nb / bw * fx(lay))
+    def comm_of(i: int, nb: float):  # noqa: ANN202
+        return lambda lay, _: per_rows(_comm, c, lay, R, i, nb)
 
     once, per_mb = _dp_volume(c, z)
     comm: list[Term] = []
@@ -156,33 +195,15 @@ def dp_terms(c: Ctx, R: Rates, z: int) -> tuple[list[Term], list[Term]]:
     for nb, dbf in ((once, x.inv_bm), (per_mb, x.inv_b)):
         if nb == 0:
             continue
-        comm.append(
-            Term(
-                "dp_comm",
-                lambda lay, _, nb=nb: dp_params(c, lay)[0] * coef(lay, nb),
-                pv=x.stage,
-                db=dbf,
-            )
-        )
-        comm.append(
-            Term("dp_comm", lambda lay, _, nb=nb: dp_params(c, lay)[2] * coef(lay, nb), db=dbf)
-        )
+        comm.append(Term("dp_comm", comm_of(0, nb), pv=x.stage, db=dbf))
+        comm.append(Term("dp_comm", comm_of(2, nb), db=dbf))
         if A.is_moe:
-            comm.append(
-                Term(
-                    "dp_comm",
-                    lambda lay, _, nb=nb: dp_params(c, lay)[1] * coef_exp(lay, nb),
-                    pv=x.stage,
-                    te=inv_group,
-                    db=dbf,
-                )
-            )
+            experts = comm_of(1, nb)
+            comm.append(Term("dp_comm", experts, pv=x.stage, te=inv_group, db=dbf))
             credit.append(
                 Term(
                     "dp_comm",
-                    lambda lay, _, nb=nb: (
-                        dp_params(c, lay)[1] * coef_exp(lay, nb) / (lay.tp * lay.dp * lay.cp)
-                    ),
+                    lambda lay, _, e=experts: e(lay, None) / tp_dp_cp(lay),
                     pv=x.stage,
                     db=dbf,
                 )
@@ -196,9 +217,19 @@ def dp_terms(c: Ctx, R: Rates, z: int) -> tuple[list[Term], list[Term]]:
     share = K.omega * {0: 2.0 / 3.0, 1: 1.0, 2: 2.0 / 3.0, 3: 1.0}[z]
     tok_db, fix_db = (x.inv_m, x.inv_bm) if z <= 1 else (None, x.inv_b)
     credit.append(
-        Term("dp_credit", lambda lay, _: share * R.layer(lay) * pt(lay), pv=x.stage, db=tok_db)
+        Term(
+            "dp_credit",
+            lambda lay, _: per_rows(_credit, c, lay, R, share, True),
+            pv=x.stage,
+            db=tok_db,
+        )
     )
     credit.append(
-        Term("dp_credit", lambda lay, _: share * sum(R.fixed(lay)) * fx(lay), pv=x.stage, db=fix_db)
+        Term(
+            "dp_credit",
+            lambda lay, _: per_rows(_credit, c, lay, R, share, False),
+            pv=x.stage,
+            db=fix_db,
+        )
     )
     return comm, credit

@@ -19,7 +19,15 @@ import numpy as np
 from meshplan.solver.costmodel import activations
 from meshplan.solver.costmodel.context import ACT_BYTES, Ctx, n_chunk, n_stage
 from meshplan.solver.costmodel.factors import BatchFactor
-from meshplan.solver.costmodel.point import LayoutOrRows, maximum, per_rows, pick
+from meshplan.solver.costmodel.point import (
+    LayoutOrRows,
+    column,
+    dp_cp,
+    maximum,
+    per_rows,
+    pick,
+    tp_dp_cp,
+)
 from meshplan.solver.costmodel.terms import Term
 from meshplan.solver.profiles import profile_of
 from meshplan.solver.schema import Recompute
@@ -71,6 +79,92 @@ def _dense_tp(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     return _layer_params(c, lay)[0] / lay.tp
 
 
+def _bytes(c: Ctx, lay: LayoutOrRows, part: str, nb: float) -> np.ndarray:
+    """nb bytes per parameter of one GPU's share of `part`: "dense", one layer's tp-sharded
+    parameters; "expert", all of one layer's experts; "first" or "last", that stage's extras
+    (over rows computed once: tenants and terms of equal bytes, and both stages, share it)."""
+    return per_rows(_bytes_of, c, lay, part, nb)
+
+
+def _bytes_of(c: Ctx, lay: LayoutOrRows, part: str, nb: float) -> np.ndarray:
+    if part == "dense":
+        x = per_rows(_dense_tp, c, lay)
+    elif part == "expert":
+        x = _layer_params(c, lay)[1]
+    else:
+        x = _extras(c, lay, part)
+    return x * nb
+
+
+def _state(c: Ctx, lay: LayoutOrRows, part: str, nb: float, keep: float, sh: bool) -> np.ndarray:
+    """`_bytes` of a tenant's state, ZeRO-sharded to keep/(dp·cp) of it when sh (unsharded: the
+    bytes as they are, x·1 being x). Over rows computed once, for both stages."""
+    return per_rows(_state_of, c, lay, part, nb, keep, sh)
+
+
+def _state_of(c: Ctx, lay: LayoutOrRows, part: str, nb: float, keep: float, sh: bool) -> np.ndarray:
+    x = _bytes(c, lay, part, nb)
+    return x * column(_shard, lay, keep) if sh else x
+
+
+def _shard(lay: LayoutOrRows, keep: float) -> np.ndarray:
+    return keep / dp_cp(lay)
+
+
+def expert_shard(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
+    """One layer's expert parameters over tp·dp·cp: a GPU's sharded expert state (Megatron-Core
+    MoE parallel folding; over rows computed once: memory and the optimizer step read it)."""
+    return per_rows(_expert_shard, c, lay)
+
+
+def _expert_shard(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
+    return _layer_params(c, lay)[1] / tp_dp_cp(lay)
+
+
+def _exp_sharded(c: Ctx, lay: LayoutOrRows, nb: float, keep: float) -> np.ndarray:
+    return expert_shard(c, lay) * nb * keep
+
+
+def _held_if(c: Ctx, lay: LayoutOrRows, part: str, nb: float, pp_only: bool) -> np.ndarray:
+    """`_bytes`, only where pp > 1 if pp_only (over rows computed once, for both stages)."""
+    held = _bytes(c, lay, part, nb)
+    return pick(lay.pp > 1, held, 0.0) if pp_only else held
+
+
+def _seq_shard(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
+    """Tokens of a micro-batch's sequence on one GPU, s/cp (over rows computed once)."""
+    return per_rows(_seq_shard_of, c, lay)
+
+
+def _seq_shard_of(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
+    return c.s / lay.cp
+
+
+def _act(c: Ctx, lay: LayoutOrRows, r: Recompute) -> np.ndarray:
+    return _seq_shard(c, lay) * activations.per_token(c, lay, r)
+
+
+def _full_transient(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
+    # Full recomputation: the block being back-propagated holds its recomputed activations
+    # and their gradients, about as large (Korthikanti §5 keeps one block's worth).
+    return 2 * c.s / lay.cp * activations.block(c, lay)
+
+
+def _logits_held(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
+    A, rc = c.A, c.recipe
+    vocab = A.V / (lay.tp if rc.vocab_parallel else 1)
+    out = vocab * rc.logits
+    if rc.activations in DTENSOR_HEAD:
+        # the output layer's input, gathered whole on every tp rank
+        out = pick(lay.tp > 1, out + ACT_BYTES * A.h, out)
+    return _seq_shard(c, lay) * out
+
+
+def _boundary(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
+    # the stage boundary, split over tp by sequence parallelism and over cp
+    return pick(lay.pp > 1, _seq_shard(c, lay) * ACT_BYTES * c.A.h / lay.tp, 0.0)
+
+
 def _kv_gathered(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     """Context parallelism by all-gather: the attention of a layer (forward, and again in its
     backward) holds the K,V of the whole sequence, the cp shards gathered into one buffer
@@ -82,7 +176,7 @@ def _kv_gathered(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     return pick(lay.cp > 1, c.s * 2 * per_rank * ACT_BYTES, 0.0)
 
 
-def _fsdp_transients(c: Ctx, terms: list[Term], dense_tp, expert, inv_group) -> None:  # noqa: ANN001
+def _fsdp_transients(c: Ctx, terms: list[Term], inv_group) -> None:  # noqa: ANN001
     """A recipe's transients of one unit: beyond the gathered copies at ZeRO-3
     (`gather_transient`), and at the one reduction of a pipelined step (`pipelined_reduce`)."""
     rc, A = c.recipe, c.A
@@ -91,20 +185,14 @@ def _fsdp_transients(c: Ctx, terms: list[Term], dense_tp, expert, inv_group) -> 
             continue
 
         def start(lay: LayoutOrRows, z_on: bool, nb=nbytes, pp_only=on is None) -> np.ndarray:
-            held = dense_tp(lay) * nb
-            if pp_only:
-                return pick(lay.pp > 1, held, 0.0) if z_on else 0.0
-            return held if z_on else 0.0
+            return per_rows(_held_if, c, lay, "dense", nb, pp_only) if z_on else 0.0
 
         key = on or (lambda z: z < 3)
         terms.append(Term("gradients", start, sel="z", key=key))
         if A.is_moe:
 
             def exp(lay: LayoutOrRows, z_on: bool, nb=nbytes, pp_only=on is None) -> np.ndarray:
-                held = expert(lay) * nb
-                if pp_only:
-                    return pick(lay.pp > 1, held, 0.0) if z_on else 0.0
-                return held if z_on else 0.0
+                return per_rows(_held_if, c, lay, "expert", nb, pp_only) if z_on else 0.0
 
             terms.append(Term("gradients", exp, sel="z", key=key, te=inv_group))
 
@@ -115,8 +203,6 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     A, rc = c.A, c.recipe
     pv_stage = lambda pv: n_stage(A.L, pv[0], pv[1])  # noqa: E731
     inv_group = lambda te: Fraction(1, te[1] * te[2])  # noqa: E731  experts over ep·etp
-    dense_tp = lambda lay: per_rows(_dense_tp, c, lay)  # noqa: E731
-    expert = lambda lay: _layer_params(c, lay)[1]  # noqa: E731
     for tenant, nbytes, k in (("weights", c.wb, 3), ("gradients", c.gb, 2), ("optimizer", c.ob, 1)):
         if nbytes == 0:
             continue
@@ -125,12 +211,12 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         keep = 0.0 if (tenant == "weights" and rc.sharded_master_only) else 1.0
 
         def dense(lay: LayoutOrRows, sh: bool, nb=nbytes, keep=keep) -> np.ndarray:
-            return dense_tp(lay) * nb * (keep / (lay.dp * lay.cp) if sh else 1)
+            return _state(c, lay, "dense", nb, keep, sh)
 
         enb = rc.extra_weights if (tenant == "weights" and rc.extra_weights) else nbytes
 
         def extra(lay: LayoutOrRows, sh: bool, nb=enb, keep=keep) -> np.ndarray:
-            return _extras(c, lay, stage) * nb * (keep / (lay.dp * lay.cp) if sh else 1)
+            return _state(c, lay, stage, nb, keep, sh)
 
         terms.append(Term(tenant, dense, sel="z", key=key, pv=pv_stage))
         terms.append(Term(tenant, extra, sel="z", key=key))
@@ -138,21 +224,26 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
             # Expert state: el/(ep·etp) per GPU; sharded over the expert-data-parallel group
             # tp·cp·dp/(ep·etp), that is el/(tp·cp·dp) whatever ep and etp are.
             def exp_full(lay: LayoutOrRows, sh: bool, nb=nbytes) -> np.ndarray | float:
-                return 0.0 if sh else expert(lay) * nb
+                return 0.0 if sh else _bytes(c, lay, "expert", nb)
 
             def exp_shard(lay: LayoutOrRows, sh: bool, nb=nbytes, keep=keep) -> np.ndarray | float:
-                return expert(lay) / (lay.tp * lay.dp * lay.cp) * nb * keep if sh else 0.0
+                return per_rows(_exp_sharded, c, lay, nb, keep) if sh else 0.0
 
             terms.append(Term(tenant, exp_full, sel="z", key=key, pv=pv_stage, te=inv_group))
             terms.append(Term(tenant, exp_shard, sel="z", key=key, pv=pv_stage))
     acc = rc.accumulation
     if acc:
         # Unsharded gradient accumulation (FSDP2 without sync): every TP/EP-local parameter.
-        terms.append(Term("gradients", lambda lay, _: dense_tp(lay) * acc, pv=pv_stage))
-        terms.append(Term("gradients", lambda lay, _: _extras(c, lay, stage) * acc))
+        terms.append(Term("gradients", lambda lay, _: _bytes(c, lay, "dense", acc), pv=pv_stage))
+        terms.append(Term("gradients", lambda lay, _: _bytes(c, lay, stage, acc)))
         if A.is_moe:
             terms.append(
-                Term("gradients", lambda lay, _: expert(lay) * acc, pv=pv_stage, te=inv_group)
+                Term(
+                    "gradients",
+                    lambda lay, _: _bytes(c, lay, "expert", acc),
+                    pv=pv_stage,
+                    te=inv_group,
+                )
             )
     if rc.fp8_weight_cache:
         # FP8 copies of the layers' linear weights cached across micro-batches; a weight-sharding
@@ -162,7 +253,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         terms.append(
             Term(
                 "weights",
-                lambda lay, on: dense_tp(lay) * cache if on else 0.0,
+                lambda lay, on: _bytes(c, lay, "dense", cache) if on else 0.0,
                 sel="z",
                 key=below3,
                 pv=pv_stage,
@@ -172,7 +263,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
             terms.append(
                 Term(
                     "weights",
-                    lambda lay, on: expert(lay) * cache if on else 0.0,
+                    lambda lay, on: _bytes(c, lay, "expert", cache) if on else 0.0,
                     sel="z",
                     key=below3,
                     pv=pv_stage,
@@ -185,52 +276,45 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     g = 2 * c.wb + c.gb
 
     def gathered(lay: LayoutOrRows, on: bool) -> np.ndarray | float:
-        root = (rc.extra_weights or c.wb) * _extras(c, lay, stage) if rc.root_gather else 0.0
-        return g * dense_tp(lay) + root if on else 0.0
+        if not on:
+            return 0.0
+        held = _bytes(c, lay, "dense", g)  # g·x is x·g; x + 0.0 is x (x >= 0)
+        return held + _bytes(c, lay, stage, rc.extra_weights or c.wb) if rc.root_gather else held
 
     terms.append(Term("weights", gathered, sel="z", key=z3))
     if A.is_moe:
         terms.append(
             Term(
                 "weights",
-                lambda lay, on: g * expert(lay) if on else 0.0,
+                lambda lay, on: _bytes(c, lay, "expert", g) if on else 0.0,
                 sel="z",
                 key=z3,
                 te=inv_group,
             )
         )
-    _fsdp_transients(c, terms, dense_tp, expert, inv_group)
+    _fsdp_transients(c, terms, inv_group)
 
-    # Activations.
+    # Activations (over rows computed once, for both stages).
     def act(lay: LayoutOrRows, r: Recompute) -> np.ndarray:
-        return c.s / lay.cp * activations.per_token(c, lay, r)
+        return per_rows(_act, c, lay, r)
 
     def transient(lay: LayoutOrRows, r: Recompute) -> np.ndarray | float:
-        # Full recomputation: the block being back-propagated holds its recomputed activations
-        # and their gradients, about as large (Korthikanti §5 keeps one block's worth).
-        if r is not Recompute.FULL:
-            return 0.0
-        return 2 * c.s / lay.cp * activations.block(c, lay)
+        return per_rows(_full_transient, c, lay) if r is Recompute.FULL else 0.0
 
     def logits(lay: LayoutOrRows, _: object) -> np.ndarray:
-        vocab = A.V / (lay.tp if rc.vocab_parallel else 1)
-        out = vocab * rc.logits
-        if rc.activations in DTENSOR_HEAD:
-            # the output layer's input, gathered whole on every tp rank
-            out = pick(lay.tp > 1, out + ACT_BYTES * A.h, out)
-        held = c.s / lay.cp * out
+        held = per_rows(_logits_held, c, lay)
         return pick(lay.pp > 1, 0.0, held) if stage == "first" else held
 
     mb = BatchFactor.of(1, 0)
     terms.append(Term("activations", transient, sel="r", db=mb))
     terms.append(Term("activations", logits, db=mb))
     if not (c.overlaps.cp_ring if c.overlaps else profile_of(c.framework).timing.cp_ring):
-        terms.append(Term("activations", lambda lay, _: _kv_gathered(c, lay), db=mb))
+        terms.append(Term("activations", lambda lay, _: per_rows(_kv_gathered, c, lay), db=mb))
     if rc.pipeline_buffers:
         # One receive buffer per micro-batch and chunk (gradients on the first stage, inputs on
         # the last): the stage boundary, split over tp by sequence parallelism and over cp.
         def boundary(lay: LayoutOrRows, _: object) -> np.ndarray:
-            return pick(lay.pp > 1, c.s / lay.cp * ACT_BYTES * A.h / lay.tp, 0.0)
+            return per_rows(_boundary, c, lay)
 
         chunks = lambda pv: Fraction(pv[1])  # noqa: E731
         terms.append(Term("activations", boundary, pv=chunks, db=BatchFactor.of(1, 1)))

@@ -190,11 +190,42 @@ def per_rows(fn: Callable[..., Any], c: object, lay: LayoutOrRows, *args: object
     its id stays unique), over a single Layout computed each time. Callers must not modify it."""
     if isinstance(lay, Layout):
         return fn(c, lay, *args)
-    k = (fn, id(c), *args)
+    k = (fn, id(c), args)  # three entries: not taken for a group's (four: `Group.int_starts`)
     got = lay.memo.get(k)
     if got is None or got[0] is not c:
         got = lay.memo[k] = (c, fn(c, lay, *args))
     return got[1]
+
+
+def column(fn: Callable[..., Any], lay: LayoutOrRows, *args: object) -> Any:
+    """fn(lay, *args), a quantity of the rows alone (no request's context, e.g. dp·cp): over
+    `Rows` computed once and kept in their memo (by fn and args; fn a module-level function),
+    over a single Layout computed each time. Callers must not modify it."""
+    if isinstance(lay, Layout):
+        return fn(lay, *args)
+    k = (fn, args)
+    got = lay.memo.get(k)
+    if got is None:
+        got = lay.memo[k] = fn(lay, *args)
+    return got
+
+
+def dp_cp(lay: LayoutOrRows) -> Any:
+    """dp·cp of every row: the ZeRO shard group (kept per rows)."""
+    return column(_dp_cp, lay)
+
+
+def tp_dp_cp(lay: LayoutOrRows) -> Any:
+    """tp·dp·cp of every row: what a sharded expert's state is split over (kept per rows)."""
+    return column(_tp_dp_cp, lay)
+
+
+def _dp_cp(lay: LayoutOrRows) -> Any:
+    return lay.dp * lay.cp
+
+
+def _tp_dp_cp(lay: LayoutOrRows) -> Any:
+    return lay.tp * lay.dp * lay.cp
 
 
 def rowwise(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -154,7 +154,14 @@ class Rates:
 
     @rowwise
     def compute(self, lay: LayoutOrRows) -> np.ndarray | float:
+        if not self.F_expert:  # no routed experts: x + 0.0 is x (x >= 0)
+            return self.gemm(lay) + self.attention(lay) + self.elementwise(lay)
         return self.gemm(lay) + self.expert_gemm(lay) + self.attention(lay) + self.elementwise(lay)
+
+    @rowwise
+    def compute_traffic(self, lay: LayoutOrRows) -> np.ndarray | float:
+        """compute + traffic per token (the time terms and `layer` read it)."""
+        return self.compute(lay) + self.traffic(lay)
 
     @rowwise
     def traffic(self, lay: LayoutOrRows) -> np.ndarray | float:
@@ -338,4 +345,4 @@ class Rates:
     @rowwise
     def layer(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Per token: compute and exposed tp/cp traffic of a layer (what hides dp traffic)."""
-        return self.compute(lay) + self.traffic(lay) + self.tp(lay) + self.cp(lay)
+        return self.compute_traffic(lay) + self.tp(lay) + self.cp(lay)

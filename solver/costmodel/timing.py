@@ -31,7 +31,7 @@ def objective_terms(c: Ctx, R: Rates) -> list[Term]:
     pt, fx = x.pt, x.fx
     terms: list[Term] = []
     per_tok = (
-        ("compute", lambda lay: R.compute(lay) + R.traffic(lay)),
+        ("compute", R.compute_traffic),
         ("tp_comm", R.tp),
         ("cp_comm", R.cp),
     )
@@ -42,11 +42,13 @@ def objective_terms(c: Ctx, R: Rates) -> list[Term]:
     if A.is_moe:
         terms += _moe_terms(c, R, x)
     _recompute_terms(terms, c, R, x)
+    p2p_tok = lambda lay, _: R.p2p(lay)[0] * pt(lay)  # noqa: E731  (one start: two terms)
+    p2p_mb = lambda lay, _: R.p2p(lay)[1] * fx(lay)  # noqa: E731
     terms += [
-        Term("pp_comm", lambda lay, _: R.p2p(lay)[0] * pt(lay), pv=x.chunks),
-        Term("pp_comm", lambda lay, _: R.p2p(lay)[1] * fx(lay), pv=x.chunks, db=x.inv_b),
-        Term("bubble", lambda lay, _: R.p2p(lay)[0] * pt(lay), pv=x.hops, db=x.inv_m),
-        Term("bubble", lambda lay, _: R.p2p(lay)[1] * fx(lay), pv=x.hops, db=x.inv_bm),
+        Term("pp_comm", p2p_tok, pv=x.chunks),
+        Term("pp_comm", p2p_mb, pv=x.chunks, db=x.inv_b),
+        Term("bubble", p2p_tok, pv=x.hops, db=x.inv_m),
+        Term("bubble", p2p_mb, pv=x.hops, db=x.inv_bm),
         Term("compute", lambda lay, _: R.head(lay) * pt(lay)),
         Term("compute", lambda lay, _: c.K.kappa0 * fx(lay), db=x.inv_b),
     ]
@@ -164,7 +166,7 @@ def _recompute_terms(terms: list[Term], c: Ctx, R: Rates, x: _Axes) -> None:
         if r is Recompute.SELECTIVE:
             return R.attention(lay) / 3 * pt(lay)
         if r is Recompute.FULL:
-            fwd = (R.compute(lay) + R.traffic(lay)) / 3 + R.tp(lay) / 2 + R.cp(lay) / 3
+            fwd = R.compute_traffic(lay) / 3 + R.tp(lay) / 2 + R.cp(lay) / 3
             return fwd * pt(lay)
         return 0.0
 

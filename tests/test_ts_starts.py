@@ -1,0 +1,129 @@
+"""Every term's start table (over a space's rows, all terms sharing one memo, and the Python-number
+form of single layouts) is bit for bit what the cost model computed before its shared per-row
+quantities were kept (commit 69885da): a digest of the tables per request, over the framework
+profiles' recipes (FP8 weight caches, FSDP2 transients, unsharded accumulation, unfused
+attention, MoE with and without the ep overlap)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+from test_costmodel_per_rows import KEYS, _space
+
+from meshplan.solver.costmodel.point import Rows
+
+MEGATRON, TITAN, KF = "MEGATRON", "TORCHTITAN", "KEMPNERFORGE"
+H100, A100 = "h100-sxm-80gb", "a100-sxm-80gb"
+# (model, gpu, gpus, training): digest of the start tables at 69885da
+CASES = [
+    (("llama3-8b", H100, 16, {"seq_len": 4096}), "275e451c5ebea96e452dcc50a2e257c4"),
+    (
+        ("mixtral-8x7b", H100, 64, {"seq_len": 8192, "framework": MEGATRON, "precision": "FP8"}),
+        "678e621dfef9e32822c70f80db3c96c3",
+    ),
+    (
+        ("llama3-70b", A100, 32, {"seq_len": 8192, "framework": TITAN}),
+        "dafa49823ff8fcc9ae58f079c3923cfa",
+    ),
+    (
+        ("kempnerforge-7b", H100, 16, {"seq_len": 4096, "framework": KF}),
+        "b8b198cd0af1e34457fb6e98b6840568",
+    ),
+    (
+        (
+            "deepseek-v3",
+            H100,
+            128,
+            {"seq_len": 4096, "framework": MEGATRON, "ep_comm_overlap": True},
+        ),
+        "746ad50fd854b6e2e7ea51b5cd6e075c",
+    ),
+    (
+        (
+            "gpt3-175b",
+            A100,
+            64,
+            {
+                "seq_len": 2048,
+                "framework": "DEEPSPEED",
+                "fused_attention": False,
+                "grad_reduce_in_bf16": True,
+            },
+        ),
+        "84a3231fcfe72366aab1ca230caf43d0",
+    ),
+    (
+        (
+            "qwen3-235b-a22b",
+            H100,
+            64,
+            {
+                "seq_len": 4096,
+                "framework": TITAN,
+                "cp_comm_overlap": False,
+                "tp_comm_overlap": True,
+            },
+        ),
+        "0a864fb19115928542ba0788c7af6bd7",
+    ),
+    (
+        ("llama2-7b", H100, 8, {"seq_len": 4096, "precision": "FP8", "dp_comm_overlap": False}),
+        "aca7ae1a5bb2531dc0070f3f3ad1ef3d",
+    ),
+    (
+        ("mixtral-8x22b", A100, 64, {"seq_len": 4096, "framework": KF}),
+        "30ae80bf9ce800574b549c4aec2d0e35",
+    ),
+    (
+        ("llama3-405b", H100, 512, {"seq_len": 8192, "framework": MEGATRON}),
+        "e12a49e2bb3b81bd70315c85fe1c59b7",
+    ),
+    (
+        ("deepseek-v3", H100, 256, {"seq_len": 4096, "framework": TITAN, "precision": "FP8"}),
+        "b2f800093d753710554bf9688ce711c9",
+    ),
+]
+
+
+def _digest(case: tuple) -> str:
+    """The start of every term of every sum at each key value, in the sums' order: over all rows
+    (one memo), then of every fifth layout alone."""
+    sp = _space(*case)
+    lays = sp.layouts
+    rows = Rows.of(lays)
+    h = hashlib.sha256()
+    for comp, _ in sp.cm.sums():
+        for g in comp.groups:
+            kvs = sorted({g.key(v) for v in KEYS[g.sel]}, key=repr) if g.sel else [None]
+            for t in g.terms:
+                for kv in kvs:
+                    h.update(np.ascontiguousarray(t.starts(rows, kv)).tobytes())
+                    for i in range(0, len(lays), 5):
+                        h.update(np.float64(t.start(lays[i], kv)).tobytes())
+    return h.hexdigest()[:32]
+
+
+@pytest.mark.parametrize(("case", "want"), CASES, ids=[f"{c[0]}-{c[2]}" for c, _ in CASES])
+def test_start_tables_are_those_of_69885da(case: tuple, want: str) -> None:
+    assert _digest(case) == want
+
+
+def test_shared_quantities_are_computed_once() -> None:
+    """Terms of both stages' memory and of every ZeRO stage's dp time that compute the same
+    thing read one table: at 69885da every (start, key) had a table of its own (86 for this
+    space), now 63."""
+    sp = _space(*CASES[2][0])
+    rows = Rows.of(sp.layouts)
+    pairs, arrays = set(), set()
+    for comp, _ in sp.cm.sums():
+        for g in comp.groups:
+            kvs = sorted({g.key(v) for v in KEYS[g.sel]}, key=repr) if g.sel else [None]
+            for t in g.terms:
+                for kv in kvs:
+                    a = t.starts(rows, kv)
+                    if a.base is None:  # an array of its own (not a broadcast constant)
+                        pairs.add((t.start, kv))
+                        arrays.add(id(a))
+    assert len(arrays) <= 0.8 * len(pairs)
