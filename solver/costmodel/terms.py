@@ -47,8 +47,11 @@ class Term:
         k = (self.start, keyval)
         got = rows.memo.get(k)
         if got is None:
-            got = full(self.start(rows, keyval), len(rows))
-            rows.memo[k] = got
+            x = self.start(rows, keyval)
+            # a float array over the rows is as `full` would give it back
+            if type(x) is not np.ndarray or x.dtype != np.float64 or x.shape != rows.tp.shape:
+                x = full(x, len(rows))
+            got = rows.memo[k] = x
         return got
 
     def float_value(self, p: Point, rows: Rows | None = None, i: int = 0) -> float:
@@ -217,11 +220,15 @@ class Compiled:
         the sum of `group_value` over the groups, with p's axis values read once and each
         factor applied as `apply` does, from its kept (numerator, denominator)."""
         rows = Rows.one(p.lay) if rows is None else rows
-        scale, up, pair, axes = self.scale, self.up, self.fracs.pair, p.axes()
+        scale, up, pair, axes, memo = self.scale, self.up, self.fracs.pair, p.axes(), rows.memo
         total = 0
         for g in self.groups:
             kv = g.key(axes[g.sel]) if g.sel else None
-            x = int(g.int_starts(rows, kv, scale, up)[i])
+            got = memo.get((g, kv, scale, up))
+            if got is None:  # the sum's missing integer starts at p's keys, computed together
+                asks = [(h, h.key(axes[h.sel]) if h.sel else None, scale, up) for h in self.groups]
+                got = int_starts_many(rows, asks)[self.groups.index(g)]
+            x = int(got[i])
             for ax, fn in g.chain:
                 num, den = pair(fn, axes[ax])
                 x = -((-x * num) // den) if up else (x * num) // den
@@ -263,6 +270,12 @@ class Compiled:
     def values(self, rows: Rows, at: Points) -> np.ndarray:
         """The integer value of many points (exactly `value` of each), whose layouts are rows
         `at.row` of `rows`."""
+        memo, asks = rows.memo, []
+        for g in self.groups:  # missing integer starts of every key seen, computed together
+            kvs = self._keys(g.key, at.axes[g.sel][0])[0] if g.sel else (None,)
+            asks += [k for kv in kvs if (k := (g, kv, self.scale, self.up)) not in memo]
+        if asks:
+            int_starts_many(rows, asks)
         out: np.ndarray | int = 0
         for g in self.groups:
             out = out + self.group_values(g, rows, at)
