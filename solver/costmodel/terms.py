@@ -220,7 +220,8 @@ class Compiled:
         the sum of `group_value` over the groups, with p's axis values read once and each
         factor applied as `apply` does, from its kept (numerator, denominator)."""
         rows = Rows.one(p.lay) if rows is None else rows
-        scale, up, pair, axes, memo = self.scale, self.up, self.fracs.pair, p.axes(), rows.memo
+        scale, up, axes, memo = self.scale, self.up, p.axes(), rows.memo
+        pair, kept = self.fracs.pair, self.fracs._pairs  # what pair() keeps: read in place
         total = 0
         for g in self.groups:
             kv = g.key(axes[g.sel]) if g.sel else None
@@ -230,7 +231,8 @@ class Compiled:
                 got = int_starts_many(rows, asks)[self.groups.index(g)]
             x = int(got[i])
             for ax, fn in g.chain:
-                num, den = pair(fn, axes[ax])
+                v = axes[ax]
+                num, den = kept.get((fn, v)) or pair(fn, v)
                 x = -((-x * num) // den) if up else (x * num) // den
             total += x
         return total
