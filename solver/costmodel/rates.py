@@ -154,7 +154,7 @@ class Rates:
 
     @rowwise
     def compute(self, lay: LayoutOrRows) -> np.ndarray | float:
-        if not self.F_expert:  # no routed experts: x + 0.0 is x (x >= 0)
+        if not self.F_expert and self.rate_expert > 0:  # expert_gemm is +0.0: x + 0.0 is x
             return self.gemm(lay) + self.attention(lay) + self.elementwise(lay)
         return self.gemm(lay) + self.expert_gemm(lay) + self.attention(lay) + self.elementwise(lay)
 

@@ -136,7 +136,10 @@ def int_starts_many(rows: Rows, asks: Sequence[tuple[Group, object, float, bool]
     them. Past INT_SAFE (or a NaN): group by group, as `int_starts`."""
     memo = rows.memo
     todo = [k for k in dict.fromkeys(asks) if k not in memo]
-    if todo:
+    if len(todo) == 1:  # one group: its own few passes cost less than stacking
+        g, kv, s, u = todo[0]
+        g.int_starts(rows, kv, s, u)
+    elif todo:
         n = len(rows)
         gs, kvs, scales, ups = zip(*todo, strict=True)
         cols = [t.starts(rows, kv) for g, kv in zip(gs, kvs, strict=True) for t in g.terms]
