@@ -7,12 +7,16 @@ attention, MoE with and without the ep overlap)."""
 from __future__ import annotations
 
 import hashlib
+import math
+from itertools import islice
 
 import numpy as np
 import pytest
 from test_costmodel_per_rows import KEYS, _space
 
 from meshplan.solver.costmodel.point import Rows
+from meshplan.solver.costmodel.terms import Points, int_starts_many
+from meshplan.solver.schema import Recompute
 
 MEGATRON, TITAN, KF = "MEGATRON", "TORCHTITAN", "KEMPNERFORGE"
 H100, A100 = "h100-sxm-80gb", "a100-sxm-80gb"
@@ -127,3 +131,45 @@ def test_shared_quantities_are_computed_once() -> None:
                         pairs.add((t.start, kv))
                         arrays.add(id(a))
     assert len(arrays) <= 0.8 * len(pairs)
+
+
+def _reference(comp, p, rows: Rows, i: int) -> int:  # noqa: ANN001
+    """A sum's integer value the slow way: each term's start rounded alone, summed by group,
+    then the group's factors applied (terms.py's definition, no memo of integers)."""
+    total = 0
+    for g in comp.groups:
+        kv = g.key(p.axis(g.sel)) if g.sel else None
+        x = 0
+        for t in g.terms:
+            v = float(t.starts(rows, kv)[i]) * comp.scale
+            x += math.ceil(v) if comp.up else math.floor(v)
+        total += comp._chain(x, g.factors, p)
+    return total
+
+
+@pytest.mark.parametrize("k", [1, 4, 6])
+def test_values_on_fresh_rows_compute_missing_starts_together(k: int) -> None:
+    """Compiled.value and .values on rows whose integer starts are not computed yet (they
+    compute a sum's missing ones in one int_starts_many) give the reference integers."""
+    sp = _space(*CASES[k][0])
+    at = {lay: i for i, lay in enumerate(sp.layouts)}
+    pts = list(islice(sp.points(), 0, 40000, 331))
+    assert len(pts) > 20
+    ref_rows = Rows.of(sp.layouts)
+    for comp, _ in sp.cm.sums():
+        rows = Rows.of(sp.layouts)  # nothing computed: every value computes its sum's starts
+        for p in pts:
+            assert comp.value(p, rows, at[p.lay]) == _reference(comp, p, ref_rows, at[p.lay])
+        many = Points.of(pts, [at[p.lay] for p in pts])
+        got = comp.values(Rows.of(sp.layouts), many)
+        assert [int(v) for v in got] == [_reference(comp, p, ref_rows, at[p.lay]) for p in pts]
+
+
+def test_one_missing_group_is_rounded_as_int_starts_does() -> None:
+    sp = _space(*CASES[1][0])
+    for comp, _ in sp.cm.sums():
+        for g in comp.groups:
+            kv = g.key(0) if g.sel == "z" else (g.key(Recompute.FULL) if g.sel else None)
+            a = int_starts_many(Rows.of(sp.layouts), [(g, kv, comp.scale, comp.up)])[0]
+            b = g.int_starts(Rows.of(sp.layouts), kv, comp.scale, comp.up)
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
