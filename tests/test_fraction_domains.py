@@ -50,3 +50,21 @@ def test_other_factor_not_mixed_up_after_clears() -> None:
         assert [Fraction(n, q) for n, q in zip(num.tolist(), den.tolist(), strict=True)] == [
             half(v) for v in d
         ]
+
+
+def test_float_matrix_kept_and_exact() -> None:
+    """Row 0 ones, then each factor's numerator / denominator as floats; micro-batch factors'
+    matrices shared by every cost model, others' by equal domains of one cost model."""
+    one, two = Fractions(), Fractions()
+    fns = (BatchFactor.of(1, 0), BatchFactor.of(-1, 1), BatchFactor.of(0, -1))
+    got = one.float_matrix(fns, list(SHAPES))
+    assert got.shape == (4, len(SHAPES)) and (got[0] == 1.0).all()
+    for i, f in enumerate(fns):
+        assert got[1 + i].tolist() == [f(v).numerator / f(v).denominator for v in SHAPES]
+    assert two.float_matrix(fns, list(SHAPES)) is got and not got.flags.writeable
+    assert one.float_matrix(fns[:2], list(SHAPES)) is not got
+    half = lambda v: Fraction(v[0], 2)  # noqa: E731  a cost model's own factor
+    dom = [(1, 2), (3, 1)]
+    mine = one.float_matrix((half,), dom)
+    assert mine[1].tolist() == [0.5, 1.5] and one.float_matrix((half,), list(dom)) is mine
+    assert two.float_matrix((half,), dom) is not mine  # another cost model's

@@ -104,6 +104,8 @@ class BatchFactor:
 # micro-batch domains, shared by every BatchFactor (a space's few, ~16 KB of values each)
 _BATCH_DOMAINS = DomainNumbers(ids=64, values=256)
 _BATCH_VALUES: dict[int, np.ndarray] = {}  # domain number -> its values, (|domain|, 3) int64
+# (micro-batch factors, domain number) -> Fractions.float_matrix, for every cost model
+_BATCH_MATRICES: dict[tuple[tuple[BatchFactor, ...], int], np.ndarray] = {}
 
 
 def _batch_values(k: int, values: Sequence[tuple[int, int, int]]) -> np.ndarray:
@@ -129,6 +131,7 @@ class Fractions:
         self._pairs: dict[tuple[Factor, object], tuple[int, int]] = {}
         self._arrays: OrderedDict[tuple[Factor, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._domains = DomainNumbers(ids=self.ARRAYS * 4, values=self.ARRAYS * 4)
+        self._matrices: dict[tuple[tuple[Factor, ...], int], np.ndarray] = {}  # float_matrix
 
     def __call__(self, fn: Factor, v: object) -> Fraction:
         k = (fn, v)
@@ -163,6 +166,28 @@ class Fractions:
         got = self._arrays[k] = self._arrays_of(fn, domain)
         while len(self._arrays) > self.ARRAYS * 16:
             self._arrays.popitem(last=False)
+        return got
+
+    def float_matrix(self, fns: tuple[Factor, ...], domain: Sequence[object]) -> np.ndarray:
+        """Row 0 ones, then each factor of `fns` as floats (numerator / denominator) over the
+        domain: (1 + len(fns), |domain|), read-only. Kept by the factors and the domain's values
+        (the micro-batch factors' for every cost model: `_BATCH_MATRICES`), as spaces of one
+        request family, and other families on the same micro-batch shapes, repeat them."""
+        batch = all(isinstance(fn, BatchFactor) for fn in fns)
+        if batch:
+            memo, k = _BATCH_MATRICES, (fns, _BATCH_DOMAINS.number(domain))
+        else:
+            memo, k = self._matrices, (fns, self.domain_number(domain))
+        got = memo.get(k)
+        if got is None:
+            if len(memo) >= self.ARRAYS:  # the last few (a few KB each)
+                memo.clear()
+            got = np.ones((1 + len(fns), len(domain)))
+            for i, fn in enumerate(fns):
+                num, den = self.arrays(fn, domain)
+                got[1 + i] = num.astype(float) / den.astype(float)
+            got.flags.writeable = False
+            memo[k] = got
         return got
 
     def _arrays_of(self, fn: Factor, domain: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:

@@ -55,7 +55,6 @@ class Tables:
         self.pos, self.cls, self.members = memo["pos"], memo["cls"], memo["members"]
         self.flat, self.z_ok = memo["flat"], memo["z_ok"]
         self._fracs: dict[tuple[Factor, str], dict[object, Fraction]] = memo["fracs"]
-        self._ffracs: dict[tuple[Factor, str], np.ndarray] = memo["ffracs"]
         self._fmat: dict[tuple[str, str], np.ndarray] = memo["fmat"]
         self._by_db: dict[int, tuple[np.ndarray, np.ndarray]] = memo["by_db"]  # row: shapes, bounds
         self._fine_at: dict[tuple[int, float], Fine] = memo["fine"]  # (row, cap): fine bounds
@@ -96,7 +95,7 @@ class Tables:
             flats[axis] = (flat, offsets, sizes)
         z_ok = oks["z"]
         memo.update(cls=cls, members=members, flat=flats, z_ok=z_ok)
-        memo.update(fracs={}, ffracs={}, fmat={}, by_db={}, fine={}, scores={})
+        memo.update(fracs={}, fmat={}, by_db={}, fine={}, scores={})
         memo["pos"] = self.pos  # last: the memo is complete once it holds "pos"
 
     def int_domain(self, axis: str) -> np.ndarray:
@@ -146,10 +145,8 @@ class Tables:
         axis' domain (kind "dom") or its least / greatest per class of rows ("lo", "hi")."""
         k = (axis, kind)
         if k not in self._fmat:
-            fns = list(self.factor_fns[axis])
-            dom = np.ones((1 + len(fns), len(self.domain[axis])))
-            for i, fn in enumerate(fns):
-                dom[1 + i] = self.float_fracs(axis, fn)
+            # the factors as floats, for the bounds, whose margin covers the rounding
+            dom = self.sp.cm.fracs.float_matrix(tuple(self.factor_fns[axis]), self.domain[axis])
             self._fmat[(axis, "dom")] = dom
             flat, offsets, sizes = self.flat[axis]
             v = dom[:, flat]
@@ -199,15 +196,6 @@ class Tables:
             fr = self.sp.cm.fracs
             self._fracs[k] = {v: fr(fn, v) for v in self.domain[axis]}
         return self._fracs[k]
-
-    def float_fracs(self, axis: str, fn: Factor) -> np.ndarray:
-        """The factors as floats, in domain order (for the bounds, whose margin covers the
-        rounding)."""
-        k = (fn, axis)
-        if k not in self._ffracs:
-            num, den = self.sp.cm.fracs.arrays(fn, self.domain[axis])
-            self._ffracs[k] = num.astype(float) / den.astype(float)
-        return self._ffracs[k]
 
     def agree(self, axis: str, row: int) -> np.ndarray:
         """Positions (in the axis' domain) of the values that agree with row `row`."""
