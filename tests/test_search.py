@@ -177,3 +177,29 @@ def test_less_refined_and_the_answer_is_the_same(what: str) -> None:
         assert n_on <= n_off
         fewer += n_on < n_off
     assert fewer
+
+
+def test_a_repeated_search_reads_its_lead_rows_from_the_tables() -> None:
+    """The lead row of each batch is kept with the tables (by the batch's rows and the cap): a
+    repeated request takes the same rows and gives the same answer without choosing again."""
+    cache.clear()
+    seen: list[tables_mod.Tables] = []
+    lead = tables_mod.Tables.lead
+
+    def spy(self: tables_mod.Tables, rows: list[int]) -> None:
+        seen.append(self)
+        lead(self, rows)
+
+    req = PlanRequest.model_validate(
+        {"model": {"preset": "llama3-70b"}, "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 64}}
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tables_mod.Tables, "lead", spy)
+        first = plan(req).model_dump(mode="json")
+        kept = {k: v for k, v in seen[0].memo.items() if isinstance(k, tuple) and k[0] == "lead"}
+        assert kept and all(v is None or isinstance(v, int) for v in kept.values())
+        mp.setattr(tables_mod.Tables, "_most_promising", lambda self, rows: pytest.fail(rows))
+        again = plan(req).model_dump(mode="json")
+    for d in (first, again):
+        d["solver"]["wall_time_s"] = d["solver"]["solve_time_s"] = 0
+    assert again == first

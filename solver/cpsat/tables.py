@@ -255,12 +255,21 @@ class Tables:
         rows = [r for r in rows if r not in self._fine]
         if len(rows) < 2:
             return
+        key = ("lead", tuple(rows), self.cap)  # a repeated search picks the same row: kept
+        lead = self.memo.get(key, -1)
+        if lead == -1:
+            lead = self.memo[key] = self._most_promising(rows)
+        if lead is not None:
+            self.refine([lead])
+            self.improve_cap([lead])
+
+    def _most_promising(self, rows: list[int]) -> int | None:
+        """The row with the least shape bound (the first on a tie), None if that is above the
+        cap."""
         self._shapes([r for r in rows if r not in self._by_db])
         least = [float(b.min()) if len(b) else np.inf for _, b in map(self._by_db.get, rows)]
         j = int(np.argmin(least))
-        if least[j] <= self.cap:
-            self.refine([rows[j]])
-            self.improve_cap([rows[j]])
+        return rows[j] if least[j] <= self.cap else None
 
     def _shapes(self, rows: list[int]) -> None:
         """Bound the micro-batch shapes of these rows (shape_bounds), into the memo."""
