@@ -2,7 +2,9 @@
 form of single layouts) is bit for bit what the cost model computed before its shared per-row
 quantities were kept (commit 69885da): a digest of the tables per request, over the framework
 profiles' recipes (FP8 weight caches, FSDP2 transients, unsharded accumulation, unfused
-attention, MoE with and without the ep overlap)."""
+attention, MoE with and without the ep overlap). A change that moves the cost model's numbers on
+purpose (a fidelity fix) changes these digests: print `_digest(case)` for each case and pin the
+new values in the same commit, saying why."""
 
 from __future__ import annotations
 
