@@ -29,10 +29,15 @@ SPECS = {
 }
 
 
-def _tables(name: str) -> Tables:
-    req = PlanRequest.model_validate(SPECS[name])
+def tables_of(spec: dict) -> Tables:
+    """The tables of the request `spec` (a PlanRequest as a dict), its space unpruned."""
+    req = PlanRequest.model_validate(spec)
     A, H, cm = _resolve(req)
     return Tables(Space.build(A, H, req.training, req.search, cm, prune=False))
+
+
+def _tables(name: str) -> Tables:
+    return tables_of(SPECS[name])
 
 
 def _shape_by_class(tb: Tables, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -11,16 +11,13 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from test_bounds_batched import SPECS
+from test_bounds_batched import SPECS, tables_of
 
 from meshplan.solver.costmodel.factors import INT_SAFE, BatchFactor, Fractions
 from meshplan.solver.costmodel.point import Rows
 from meshplan.solver.costmodel.terms import Group, Term, _group_sums, int_starts_many
 from meshplan.solver.cpsat import bounds, coarse
 from meshplan.solver.cpsat.tables import Tables
-from meshplan.solver.planner import _resolve
-from meshplan.solver.schema import PlanRequest
-from meshplan.solver.space import Space
 
 MORE = {
     "dense-70b": {
@@ -35,12 +32,6 @@ MORE = {
     },
 }
 ALL = {**SPECS, **MORE}
-
-
-def _tables(spec: dict) -> Tables:
-    req = PlanRequest.model_validate(spec)
-    A, H, cm = _resolve(req)
-    return Tables(Space.build(A, H, req.training, req.search, cm, prune=False))
 
 
 def _fresh(tb: Tables) -> Tables:
@@ -177,7 +168,7 @@ def _asks(tb: Tables) -> list:
 
 @pytest.fixture(scope="module", params=list(ALL))
 def tb(request: pytest.FixtureRequest) -> Tables:
-    return _tables(ALL[request.param])
+    return tables_of(ALL[request.param])
 
 
 @pytest.mark.parametrize("chunk", [coarse.PAIRS_CHUNK, 37])
@@ -211,7 +202,7 @@ def test_start_tables_as_before(tb: Tables) -> None:
 
 
 def test_start_tables_rounding_and_sums() -> None:
-    rows = Rows.of(_tables(SPECS["dense"]).sp.layouts[:7])
+    rows = Rows.of(tables_of(SPECS["dense"]).sp.layouts[:7])
     terms = [
         Term("a", lambda r, _: r.tp * 1.25 - 3.5),
         Term("b", lambda r, _: -(r.dp * 0.75) - 0.0),
