@@ -119,5 +119,5 @@ def test_margin_of_all_sums_at_once_is_the_margin_of_each() -> None:
     each = v.copy()
     for k, lk in enumerate(low.tolist()):
         bounds._margin_own(each[k], lk)
-    bounds._margin_all(v, low)
+    v = bounds._margin(v, low)
     assert np.array_equal(v, each) and (np.signbit(v) == np.signbit(each)).all()

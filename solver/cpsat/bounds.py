@@ -130,8 +130,11 @@ def stack_sums(tb: Tables, comps: list[tuple[Compiled, bool]], starts) -> Sums: 
 
 def _margin(v: np.ndarray, low: np.ndarray) -> np.ndarray:
     """Move every sum's float bound (sums on axis 0) away from the integer it bounds."""
-    sign = np.where(low, -1.0, 1.0).reshape(-1, *([1] * (v.ndim - 1)))
-    return v + sign * (np.abs(v) * SLACK + 1e-6)
+    m = np.abs(v)  # one temporary, changed in place: the same numbers (x·s is s·x)
+    m *= SLACK
+    m += 1e-6
+    m *= np.where(low, -1.0, 1.0).reshape(-1, *([1] * (v.ndim - 1)))
+    return np.add(v, m, out=m)
 
 
 def _margin_own(v: np.ndarray, low: bool) -> np.ndarray:
@@ -144,16 +147,6 @@ def _margin_own(v: np.ndarray, low: bool) -> np.ndarray:
     else:
         v += m
     return v
-
-
-def _margin_all(v: np.ndarray, low: np.ndarray) -> None:
-    """`_margin_own` of every sum (axis 0) of v at once, in place: the same numbers (v − m is
-    v + (−m) exactly), in four array operations instead of four a sum."""
-    m = np.abs(v)
-    m *= SLACK
-    m += 1e-6
-    m *= np.where(low, -1.0, 1.0).reshape(-1, *([1] * (v.ndim - 1)))
-    v += m
 
 
 def _at_z(a: np.ndarray, j: int) -> np.ndarray:
@@ -253,7 +246,7 @@ def shape_bounds(tb: Tables, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndar
         part.reshape(len(low), nr, nz, len(ix), len(ds))[...] = y.transpose(0, 2, 3, 1, 4)
     row = np.concatenate([np.repeat(ix, len(ds)) for ix, ds, _ in done] or [np.zeros(0, int)])
     z_ok = tb.z_ok[tb.cls["z"][rows[row]]].T[None, None]  # (1, 1, |zs|, entries)
-    _margin_all(v, low)
+    v = _margin(v, low)  # every sum at once: the same numbers as `_margin_own` of each
     per = _combine(tb, v.__getitem__, z_ok).min(axis=(1, 2))[0]
     for ix, ds, at in done:
         for j, i in enumerate(ix.tolist()):
