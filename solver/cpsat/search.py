@@ -78,13 +78,11 @@ class _Rows:
         k = min(k, max(FIRST_REFINE, self.pos))  # doubling: the cap tightens between batches
         batch = self.todo[self.pos : self.pos + k]
         ranks = self.tb.coarse()[batch]  # ascending: todo is in coarse order
-        n = np.searchsorted(ranks, below)
-        if self.best_only:
-            n = min(n, np.searchsorted(ranks, self.tb.cap, side="right"))
-        batch = batch[: max(1, int(n))]  # the rest need no bounds
+        n = min(int(np.searchsorted(ranks, below)), self._admitted(ranks))
+        batch = batch[: max(1, n)]  # the rest need no bounds
         self.tb.lead(batch)
-        if self.best_only:  # the lead may have lowered the cap (its own row stays: bound <= cap)
-            batch = batch[: max(1, int(np.searchsorted(ranks, self.tb.cap, side="right")))]
+        # the lead may have lowered the cap (its own row stays: its bound is at most the cap)
+        batch = batch[: max(1, self._admitted(ranks))]
         self.pos += len(batch)
         self.tb.refine(batch)
         self.tb.improve_cap(batch)
@@ -92,6 +90,13 @@ class _Rows:
             b = self.tb.bound(r)
             if b < INF:
                 bisect.insort(self.ranked, (b, r))
+
+    def _admitted(self, ranks: np.ndarray) -> int:
+        """How many of these ascending coarse bounds the cap admits (all of them once the best
+        point is found: alternatives may lie above it)."""
+        if not self.best_only:
+            return len(ranks)
+        return int(np.searchsorted(ranks, self.tb.cap, side="right"))
 
     def _out(self) -> list[tuple[float, int]]:
         have = set(self.model)
