@@ -267,7 +267,7 @@ def rows(cm: CostModel, layouts: Sequence[Layout]) -> Rows:
 # with those of another cost model's memo over the same rows (the same model on GPU types with
 # as many GPUs per node), and the empty dicts `_classes` starts the rest with.
 CLASS_ENTRIES = ("cls", "members", "flat", "z_ok")
-EMPTY_ENTRIES = ("fracs", "fmat", "by_db", "fine", "scores")
+EMPTY_ENTRIES = ("fmat", "by_db", "fine", "scores")
 MAX_CLASS_SOURCES = 4 * MAX_SPACES  # each a few arrays over the rows: a few KiB
 # per (rows, domains, framework, precision): the class entries, or a memo that computes them
 _class_sources: OrderedDict[tuple, dict | weakref.ref] = OrderedDict()

@@ -7,7 +7,6 @@ Rows are referred to by their position in `sp.layouts` (an int)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from fractions import Fraction
 from functools import cached_property
 
 import numpy as np
@@ -54,7 +53,6 @@ class Tables:
             self._classes(memo)
         self.pos, self.cls, self.members = memo["pos"], memo["cls"], memo["members"]
         self.flat, self.z_ok = memo["flat"], memo["z_ok"]
-        self._fracs: dict[tuple[Factor, str], dict[object, Fraction]] = memo["fracs"]
         self._fmat: dict[tuple[str, str], np.ndarray] = memo["fmat"]
         self._by_db: dict[int, tuple[np.ndarray, np.ndarray]] = memo["by_db"]  # row: shapes, bounds
         self._fine_at: dict[tuple[int, float], Fine] = memo["fine"]  # (row, cap): fine bounds
@@ -95,7 +93,7 @@ class Tables:
             flats[axis] = (flat, offsets, sizes)
         z_ok = oks["z"]
         memo.update(cls=cls, members=members, flat=flats, z_ok=z_ok)
-        memo.update(fracs={}, fmat={}, by_db={}, fine={}, scores={})
+        memo.update(fmat={}, by_db={}, fine={}, scores={})
         memo["pos"] = self.pos  # last: the memo is complete once it holds "pos"
 
     def int_domain(self, axis: str) -> np.ndarray:
@@ -188,14 +186,6 @@ class Tables:
         is checked before)."""
         self.check()
         return int_starts_many(self.rows, [(g, kv, c.scale, c.up) for c, g, kv in asks])
-
-    def fracs(self, axis: str, fn: Factor) -> dict[object, Fraction]:
-        """The factor of every value of the axis in the space."""
-        k = (fn, axis)
-        if k not in self._fracs:
-            fr = self.sp.cm.fracs
-            self._fracs[k] = {v: fr(fn, v) for v in self.domain[axis]}
-        return self._fracs[k]
 
     def agree(self, axis: str, row: int) -> np.ndarray:
         """Positions (in the axis' domain) of the values that agree with row `row`."""
