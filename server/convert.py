@@ -1,9 +1,9 @@
 """Proto <-> domain (pydantic) conversion, generic over the message descriptors.
 
-Field names are shared, so a message becomes a dict (json_format) and the dict a pydantic model.
-Only two things differ and are mapped here, guided by the descriptors:
-- enums: domain "BF16" <-> proto "PRECISION_BF16" (Buf prefix); *_UNSPECIFIED <-> unset (None);
-- int64 fields, which json_format renders as strings, become ints again.
+Field names are shared, so a message becomes a dict (read straight off the message) and the dict
+a pydantic model; the other way, a model's dict becomes the message's constructor arguments. Only
+enums differ and are mapped here, guided by the descriptors: domain "BF16" <-> proto
+"PRECISION_BF16" (Buf prefix); *_UNSPECIFIED <-> unset (None).
 This module imports no grpc and no solver code, so the client can use it too.
 """
 
@@ -24,13 +24,6 @@ M = TypeVar("M", bound=Message)
 D = TypeVar("D", bound=BaseModel)
 
 _UNSPECIFIED = "UNSPECIFIED"
-_INT64 = {
-    FieldDescriptor.TYPE_INT64,
-    FieldDescriptor.TYPE_UINT64,
-    FieldDescriptor.TYPE_SINT64,
-    FieldDescriptor.TYPE_FIXED64,
-    FieldDescriptor.TYPE_SFIXED64,
-}
 _FLOATS = {FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT}
 
 
@@ -87,7 +80,6 @@ class _Field:
     repeated: bool
     message: Descriptor | None
     enum: EnumDescriptor | None
-    int64: bool
     double: bool
 
 
@@ -101,29 +93,26 @@ def _fields(desc: Descriptor) -> dict[str, _Field]:
             f.is_repeated,
             f.message_type,
             f.enum_type,
-            f.type in _INT64,
             f.type in _FLOATS,
         )
         for f in desc.fields
     }
 
 
-def _walk(data: dict[str, Any], desc: Descriptor, to_proto: bool) -> dict[str, Any]:
+def _walk(data: dict[str, Any], desc: Descriptor) -> dict[str, Any]:
+    """A domain dict as the dict the message's constructor takes (enum names, JSON floats)."""
     fields = _fields(desc)
     out: dict[str, Any] = {}
     for key, value in data.items():
         field = fields.get(key)
         if field is None:
             raise FieldValueError(key, f"{desc.full_name} has no such field")
-        if value is None and not to_proto:  # absent with presence (_read): stays None
-            out[key] = None
-            continue
         try:
             if isinstance(value, list):
-                items = [_scalar(field, v, to_proto) for v in value]
+                items = [_scalar(field, v) for v in value]
                 out[key] = [v for v in items if v is not None]
             else:
-                mapped = _scalar(field, value, to_proto)
+                mapped = _scalar(field, value)
                 if mapped is not None:
                     out[key] = mapped
         except FieldValueError as err:
@@ -133,22 +122,15 @@ def _walk(data: dict[str, Any], desc: Descriptor, to_proto: bool) -> dict[str, A
     return out
 
 
-def _scalar(field: _Field, value: Any, to_proto: bool) -> Any:
+def _scalar(field: _Field, value: Any) -> Any:
     if value is None:
         return None
     if field.message is not None:
-        return _walk(value, field.message, to_proto)
+        return _walk(value, field.message)
     if field.enum is not None:
-        if to_proto:
-            return enum_to_proto(field.enum, value)
-        return enum_from_proto(field.enum, value)
-    if not to_proto and field.int64:
-        return int(value)
-    if field.double:
-        if not to_proto and isinstance(value, str):
-            return float(value)  # json_format writes "NaN", "Infinity", "-Infinity"
-        if to_proto and isinstance(value, float) and not math.isfinite(value):
-            return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        return enum_to_proto(field.enum, value)
+    if field.double and isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return value
 
 
@@ -159,40 +141,78 @@ def message_to_dict(message: Message, *, with_defaults: bool = False) -> dict[st
     scalars, and absent fields with presence (sub-messages, `optional` scalars) as None (an
     UNSPECIFIED enum stays absent, so it takes the pydantic default); without it (requests,
     whose scalars are all `optional`) an unset field stays absent and takes the pydantic
-    default.
+    default. Read in one pass off the message (`ListFields`, one call): the same dict as
+    json_format's MessageToDict (with `always_print_fields_with_no_presence` when
+    `with_defaults`) mapped field by field, several times faster. The protos have no maps,
+    bytes, 32-bit floats or well-known types, whose JSON forms would differ.
     """
-    return _walk(_read(message, with_defaults), message.DESCRIPTOR, to_proto=False)
-
-
-def _read(message: Message, with_defaults: bool) -> dict[str, Any]:
-    """The fields of a message as plain values (enums as numbers), as json_format's
-    MessageToDict lists them (with `always_print_fields_with_no_presence` when
-    `with_defaults`), read straight off the message: several times faster. The protos have no
-    maps, bytes, 32-bit floats or well-known types, whose JSON forms would differ."""
-    fields = _fields(message.DESCRIPTOR)
-    out: dict[str, Any] = {}
+    shape = _shape(message.DESCRIPTOR)
+    out: dict[str, Any] = dict(shape.absent) if with_defaults else {}
+    for fd, value in message.ListFields():
+        f = shape.fields[fd.name]
+        try:
+            if f.message is not None:
+                if f.repeated:
+                    out[f.name] = [message_to_dict(v, with_defaults=with_defaults) for v in value]
+                else:
+                    out[f.name] = message_to_dict(value, with_defaults=with_defaults)
+            elif f.enum is not None:
+                names = _enum_names(f.enum)
+                if f.repeated:
+                    got = [_enum_name(f.enum, names, v) for v in value]
+                    out[f.name] = [v for v in got if v is not None]
+                elif (name := _enum_name(f.enum, names, value)) is not None:
+                    out[f.name] = name
+            else:
+                out[f.name] = list(value) if f.repeated else value
+        except FieldValueError as err:
+            raise FieldValueError(f"{f.name}.{err.path}", err.message) from None
+        except ValueError as err:
+            raise FieldValueError(f.name, str(err)) from None
     if with_defaults:
-        listed = []
-        for f in fields.values():
-            if not f.presence or message.HasField(f.name):
-                listed.append((f, getattr(message, f.name)))
-            elif f.enum is None:
-                out[f.name] = None  # absent: None, not the pydantic default
-    else:
-        listed = [(fields[fd.name], value) for fd, value in message.ListFields()]
-    for f, value in listed:
-        if f.message is None:
-            out[f.name] = list(value) if f.repeated else value
-        elif f.repeated:
-            out[f.name] = [_read(v, with_defaults) for v in value]
-        else:
-            out[f.name] = _read(value, with_defaults)
+        for name in shape.lists:  # unset repeated fields: a new empty list each
+            out.setdefault(name, [])
     return out
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A message's fields by name, and what `with_defaults` gives each field that ListFields
+    does not list: None for one with presence (but an enum: absent), the zero value for a
+    scalar without; repeated fields ([]) apart, so no list is shared between two dicts."""
+
+    fields: dict[str, _Field]
+    absent: dict[str, Any]
+    lists: tuple[str, ...]
+
+
+@cache
+def _shape(desc: Descriptor) -> _Shape:
+    fields = _fields(desc)
+    absent: dict[str, Any] = {}
+    for f in fields.values():
+        if f.repeated or f.enum is not None:
+            continue  # [] below; an unset enum is UNSPECIFIED, i.e. absent
+        absent[f.name] = None if f.presence else f.field.default_value
+    lists = tuple(f.name for f in fields.values() if f.repeated)
+    return _Shape(fields, absent, lists)
+
+
+@cache
+def _enum_names(enum: EnumDescriptor) -> dict[int, str | None]:
+    """Every value number of an enum -> its domain value (None for *_UNSPECIFIED)."""
+    return {v.number: enum_from_proto(enum, v.name) for v in enum.values}
+
+
+def _enum_name(enum: EnumDescriptor, names: dict[int, str | None], number: int) -> str | None:
+    if number not in names:
+        raise ValueError(f"{enum.full_name} has no value numbered {number}")
+    return names[number]
 
 
 def dict_to_message(data: dict[str, Any], message_cls: type[M]) -> M:
     """A domain dict as a proto message; raises json_format.ParseError on a bad value."""
-    mapped = _walk(data, message_cls.DESCRIPTOR, to_proto=True)
+    mapped = _walk(data, message_cls.DESCRIPTOR)
     try:  # the constructor takes nested dicts and enum names: several times faster
         return message_cls(**mapped)
     except (ValueError, TypeError):  # e.g. NaN as "NaN", an int64 overflow: json_format says

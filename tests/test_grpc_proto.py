@@ -16,6 +16,7 @@ from google.protobuf.descriptor import Descriptor
 from pydantic import BaseModel
 
 from meshplan.server.convert import (
+    FieldValueError,
     dict_to_message,
     enum_from_proto,
     enum_prefix,
@@ -225,3 +226,24 @@ def test_response_dict_has_zeros_and_no_unspecified() -> None:
     data = message_to_dict(msg, with_defaults=True)
     assert data["status"] == "OPTIMAL" and "binding_wall" not in data
     assert data["warnings"] == [] and data["config"] is None
+
+
+def test_response_dict_lists_every_field_once_read() -> None:
+    """with_defaults: every field but an unset enum, None where a field has presence, zero
+    scalars, and a new empty list for each repeated field (two dicts never share one)."""
+    empty = planner_pb2.PlanResponse()
+    first, second = (message_to_dict(empty, with_defaults=True) for _ in range(2))
+    names = {f.name for f in planner_pb2.PlanResponse.DESCRIPTOR.fields if f.enum_type is None}
+    assert set(first) == names
+    assert first["warnings"] == [] and first["warnings"] is not second["warnings"]
+    assert first["config"] is None and first["solver"] is None
+    nested = message_to_dict(planner_pb2.PlanResponse(solver={}), with_defaults=True)["solver"]
+    assert nested["num_layouts"] == 0 and nested["gap"] == 0.0 and nested["status"] == ""
+
+
+def test_unknown_enum_number_names_its_field_path() -> None:
+    msg = planner_pb2.PlanResponse(status=result_pb2.PLAN_STATUS_OPTIMAL)
+    msg.config.recompute = 99  # open proto3 enum: a newer server's value
+    with pytest.raises(FieldValueError) as err:
+        message_to_dict(msg, with_defaults=True)
+    assert err.value.path == "config.recompute" and "numbered 99" in err.value.message
