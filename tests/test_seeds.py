@@ -12,7 +12,7 @@ from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel.context import STATE_BYTES, recipe_for
 from meshplan.solver.results import PlanStatus
 from meshplan.solver.schema import Framework, ModelSpec, Precision
-from meshplan.tools.calibration import evaluate_run, load_seed001
+from meshplan.tools.calibration import evaluate_run, load_kempnerforge
 
 GIB = 1 << 30
 H100 = {"gpu": "h100-sxm-80gb"}
@@ -196,14 +196,14 @@ SEED001_MFU_TOL = 0.35
 
 
 def test_seed001_mfu_within_tolerance() -> None:
-    runs = load_seed001()
+    runs = load_kempnerforge()
     assert len(runs) == 7
     for run in runs:
         r = evaluate_run(run)
         assert abs(r.mfu_error) < SEED001_MFU_TOL, (run.id, r.predicted_mfu, r.published_mfu)
     # 13B tp4 x fsdp8 on 32 H200s: 104,309 tok/s is 32.7% MFU at 99.1 GFLOP/token (both
     # embeddings) and 31.4% at our 95.2 (NOTES.md §4)
-    r13 = evaluate_run(next(r for r in runs if r.id == "seed001_13b_tp4_fsdp8_32gpu"))
+    r13 = evaluate_run(next(r for r in runs if r.id == "kempnerforge_13b_tp4_fsdp8_32gpu"))
     assert r13.published_mfu == pytest.approx(0.327 * 95.2 / 99.1, rel=0.01)
 
 
