@@ -172,8 +172,8 @@ def memory_targets(by_source: dict[str, ErrorSummary]) -> list[tuple[str, bool, 
 
 
 def activation_evidence(runs: Sequence[CalibrationRun]) -> tuple[str, dict[str, object]]:
-    """torchtitan's peaks under seed 002's activation form and under Korthikanti's."""
-    rows, errs = [], {"seed002": [], "korthikanti": []}
+    """torchtitan's peaks under the flat 12·h activation form and under Korthikanti's."""
+    rows, errs = [], {"flat_12h": [], "korthikanti": []}
     mem_runs = [r for r in runs if r.source == "torchtitan" and r.memory_gib is not None]
     for r in mem_runs:
         A, H = resolve_model(r.model), resolve_cluster(r.cluster)
@@ -187,7 +187,7 @@ def activation_evidence(runs: Sequence[CalibrationRun]) -> tuple[str, dict[str, 
             errs[form].append((r.config.recompute.value, pred / r.memory_gib - 1))
             row += [f"{pred:.1f}", f"{pred / r.memory_gib - 1:+.0%}"]
         rows.append(row)
-    heads = ["run", "recompute", "GiB pub", "seed002", "err", "Korthikanti", "err"]
+    heads = ["run", "recompute", "GiB pub", "flat_12h", "err", "Korthikanti", "err"]
     stats: dict[str, object] = {}
     lines = [table(heads, rows), ""]
     for form, es in errs.items():
@@ -279,8 +279,11 @@ def main(argv: list[str]) -> int:
     evidence: dict[str, object] = {}
     if not a.quick:
         text, evidence = activation_evidence(runs)
-        print("\nactivation memory: seed 002's 12·L·B·S·d·b_a against Korthikanti's s·b·h·34")
-        print("(generalised), on torchtitan's peaks (reserved, max over ranks):\n" + text)
+        print(
+            '\nactivation memory: flat_12h, 12·L·B·S·d·b_a ("Why one GPU is not enough", '
+            "DeepSeek-V3 book, ch. 11),\nagainst Korthikanti's s·b·h·34 (generalised), on "
+            "torchtitan's peaks (reserved, max over ranks):\n" + text
+        )
     rejected = [f"{r.id} ({v[0]})" for r in runs for v in [evaluate(r.request()).violations] if v]
     print("\npublished runs that Evaluate (default 3 GiB reserve + 10% fragmentation) rejects:")
     print("\n".join(f"  {x}" for x in rejected) or "  none")

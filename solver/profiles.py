@@ -79,7 +79,7 @@ class Recipe:
     sharded_master_only: bool = False  # ZeRO-3 keeps no sharded compute copy (FSDP2 fp32 params)
     root_gather: bool = True  # ZeRO-3 counts the gathered output layer / embedding unit
     extra_weights: int = 0  # bytes of the embedding and output weights when not `weights`
-    activations: str = "seed002"  # stored-activation form (costmodel/memory.py)
+    activations: str = "flat_12h"  # stored-activation form (costmodel/activations.py)
     tp_exposed: bool = False  # tp collectives never overlap compute (else the fitted eps_tp)
     gather_transient: int = 0  # ZeRO-3: per parameter of one unit beyond its gathered copies
     pipelined_reduce: int = 0  # pp > 1: per parameter of one unit at the step's one reduction
@@ -376,7 +376,7 @@ _KEMPNERFORGE = Recipe(
     logits=8,
     vocab_parallel=False,
     reduce_bytes=4,
-    activations="seed002",
+    activations="flat_12h",
     tp_exposed=True,
     root_gather=False,
 )
