@@ -27,9 +27,9 @@ from meshplan.tools.calibration_data import DEFAULT_MEGATRON, DEFAULT_PUBLISHED,
 RUNS = load_all()
 BF16_GRADS = ("nemo2407", "dgxc2502")
 # MPT-30B on 8 GPUs: scored with torchtitan's recipe, past the planner's default usable memory (a
-# 3 GiB reserve and 10% fragmentation, seed 002) by 8.0% (seq 8192) and 3.2% (seq 2048), FSDP2's
-# unit transients included. MosaicML's configs use a fused cross-entropy that the torchtitan
-# recipe (12 bytes a logit) does not.
+# 3 GiB reserve and 10% fragmentation, "Why one GPU is not enough") by 8.0% (seq 8192) and 3.2%
+# (seq 2048), FSDP2's unit transients included. MosaicML's configs use a fused cross-entropy that
+# the torchtitan recipe (12 bytes a logit) does not.
 # Llama 3.1 8B at 128K and 256K on 8 GPUs (cp 4 and 8): past it by 0.1% and 0.7%, the loss's
 # fp32 logits of 32K tokens and the all-gathered K,V of the whole sequence counted as if alive
 # together (published 84.0 and 84.5 GiB reserved; predicted 10-15% over).
