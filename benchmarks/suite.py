@@ -40,7 +40,7 @@ class Instance:
     training: dict[str, Any] = field(default_factory=dict)  # more TrainingSpec fields
     cluster: dict[str, Any] = field(default_factory=dict)  # more ClusterSpec fields
     search: dict[str, Any] = field(default_factory=dict)  # pins and SearchSpec fields
-    kind: str = "catalog"  # "seed" or "catalog"
+    kind: str = "catalog"  # "worked" (a worked example of a source) or "catalog"
 
     @property
     def pins(self) -> str:
@@ -64,7 +64,7 @@ class Instance:
 
 
 def _seed(name: str, model: str, gpu: str, n: int, seq: int, **kw: Any) -> Instance:
-    return Instance(name, model, gpu, n, seq, kind="seed", **kw)
+    return Instance(name, model, gpu, n, seq, kind="worked", **kw)
 
 
 # Worked examples: "The scaling ladder" (its rungs and recommender cases) and the KempnerForge
