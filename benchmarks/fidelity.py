@@ -2,15 +2,16 @@
 
     python -m benchmarks fidelity [--quick] [--jobs N] [--no-free] [--json PATH]
 
-Every run of tools/data/calibration (published_runs.json, megatron_h100_runs.json) and seed 001
-is scored as Evaluate would score it at its published layout (tools/calibration.py builds the
-requests and undoes each source's FLOP convention). The headline is the leave-one-source-out
-error of tokens/s per GPU (tools/calibration_fit.py: fit on every source but one, score the one
-left out) by category, BF16-dense / FP8-dense / MoE: median and p90 of |predicted/published − 1|
-and the median signed error, against the targets 10%, 20% and ±5%. Then the in-sample error
-of the shipped constants (fitted.json, fitted on all runs), the constants with their bounds, the
-memory report (torchtitan's and seed 001's peaks), the published runs Evaluate rejects, and the
-runs where the planner's free optimum beats the published layout by more than 10%, with why.
+Every run of tools/data/calibration (published_runs.json, megatron_h100_runs.json) and of the
+KempnerForge scaling guide (tools/data/kempnerforge_runs.json) is scored as Evaluate would score it
+at its published layout (tools/calibration.py builds the requests and undoes each source's FLOP
+convention). The headline is the leave-one-source-out error of tokens/s per GPU
+(tools/calibration_fit.py: fit on every source but one, score the one left out) by category,
+BF16-dense / FP8-dense / MoE: median and p90 of |predicted/published − 1| and the median signed
+error, against the targets 10%, 20% and ±5%. Then the in-sample error of the shipped constants
+(fitted.json, fitted on all runs), the constants with their bounds, the memory report (torchtitan's
+and the KempnerForge guide's peaks), the published runs Evaluate rejects, and the runs where the
+planner's free optimum beats the published layout by more than 10%, with why.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from meshplan.tools.calibration_fit import leave_one_source_out
 
 MEDIAN_TARGET, P90_TARGET, BIAS_TARGET = 0.10, 0.20, 0.05
 MEMORY_UNDER_TARGET, MEMORY_MEDIAN_TARGET = 0.03, 0.08
-QUICK_PER_SOURCE = 2  # --quick: the first runs of each source, plus every memory run of seed 001
+QUICK_PER_SOURCE = 2  # --quick: the first runs of each source, plus KempnerForge's memory runs
 FITTED = Path(__file__).resolve().parents[1] / "solver" / "costmodel" / "fitted.json"
 
 
@@ -66,7 +67,7 @@ def select(runs: Sequence[CalibrationRun], quick: bool) -> list[CalibrationRun]:
     seen: dict[str, int] = {}
     for r in runs:
         seen[r.source] = seen.get(r.source, 0) + 1
-        if seen[r.source] <= QUICK_PER_SOURCE or (r.source == "seed001" and r.memory_gib):
+        if seen[r.source] <= QUICK_PER_SOURCE or (r.source == "kempnerforge" and r.memory_gib):
             out.append(r)
     return out
 
@@ -157,7 +158,7 @@ def loso_targets(by_cat: dict[str, ErrorSummary]) -> list[tuple[str, bool, str]]
 
 def memory_targets(by_source: dict[str, ErrorSummary]) -> list[tuple[str, bool, str]]:
     out = []
-    for s in ("torchtitan", "seed001"):
+    for s in ("torchtitan", "kempnerforge"):
         v = by_source.get(s)
         if v is None or not v.n_memory:
             continue
@@ -171,8 +172,8 @@ def memory_targets(by_source: dict[str, ErrorSummary]) -> list[tuple[str, bool, 
 
 
 def activation_evidence(runs: Sequence[CalibrationRun]) -> tuple[str, dict[str, object]]:
-    """torchtitan's peaks under seed 002's activation form and under Korthikanti's."""
-    rows, errs = [], {"seed002": [], "korthikanti": []}
+    """torchtitan's peaks under the flat 12·h activation form and under Korthikanti's."""
+    rows, errs = [], {"flat_12h": [], "korthikanti": []}
     mem_runs = [r for r in runs if r.source == "torchtitan" and r.memory_gib is not None]
     for r in mem_runs:
         A, H = resolve_model(r.model), resolve_cluster(r.cluster)
@@ -186,7 +187,7 @@ def activation_evidence(runs: Sequence[CalibrationRun]) -> tuple[str, dict[str, 
             errs[form].append((r.config.recompute.value, pred / r.memory_gib - 1))
             row += [f"{pred:.1f}", f"{pred / r.memory_gib - 1:+.0%}"]
         rows.append(row)
-    heads = ["run", "recompute", "GiB pub", "seed002", "err", "Korthikanti", "err"]
+    heads = ["run", "recompute", "GiB pub", "flat_12h", "err", "Korthikanti", "err"]
     stats: dict[str, object] = {}
     lines = [table(heads, rows), ""]
     for form, es in errs.items():
@@ -278,8 +279,11 @@ def main(argv: list[str]) -> int:
     evidence: dict[str, object] = {}
     if not a.quick:
         text, evidence = activation_evidence(runs)
-        print("\nactivation memory: seed 002's 12·L·B·S·d·b_a against Korthikanti's s·b·h·34")
-        print("(generalised), on torchtitan's peaks (reserved, max over ranks):\n" + text)
+        print(
+            '\nactivation memory: flat_12h, 12·L·B·S·d·b_a ("Why one GPU is not enough", '
+            "DeepSeek-V3 book, ch. 11),\nagainst Korthikanti's s·b·h·34 (generalised), on "
+            "torchtitan's peaks (reserved, max over ranks):\n" + text
+        )
     rejected = [f"{r.id} ({v[0]})" for r in runs for v in [evaluate(r.request()).violations] if v]
     print("\npublished runs that Evaluate (default 3 GiB reserve + 10% fragmentation) rejects:")
     print("\n".join(f"  {x}" for x in rejected) or "  none")

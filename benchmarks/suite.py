@@ -3,10 +3,11 @@
 Change an instance and earlier results stop being comparable: add new ones at the end, with a
 new name, and say so in RESULTS.md.
 
-- `SEED_CASES`: the seeds' worked examples as plan requests (tests/test_seeds.py, seeds 000/001).
+- `SEED_CASES`: worked examples as plan requests (tests/test_seeds.py): the lesson "The scaling
+  ladder" (`ladder-*`) and the KempnerForge scaling guide's runs (`kempnerforge-*-*xh200`).
 - `CATALOG_CASES`: 55 catalog model x cluster pairs from 8 to 131,072 GPUs, dense and MoE, free
   and pinned (tp, pp, ep, ZeRO stage, recomputation), a few GPU counts that are not powers of two.
-- `LATENCY_SUITE` = seeds + catalog; `QUICK_LATENCY`: the few small ones `--quick` runs.
+- `LATENCY_SUITE` = worked examples + catalog; `QUICK_LATENCY`: the few small ones `--quick` runs.
 - `throughput_requests(n)`: a fleet-planning sweep (models x GPUs x GPU counts x sequence lengths),
   `n` distinct requests in a fixed order.
 - `SCALING_MODEL` / `SCALING_COUNTS` / `SCALING_SPACE`: the scaling benchmark's axes.
@@ -39,7 +40,7 @@ class Instance:
     training: dict[str, Any] = field(default_factory=dict)  # more TrainingSpec fields
     cluster: dict[str, Any] = field(default_factory=dict)  # more ClusterSpec fields
     search: dict[str, Any] = field(default_factory=dict)  # pins and SearchSpec fields
-    kind: str = "catalog"  # "seed" or "catalog"
+    kind: str = "catalog"  # "worked" (a worked example of a source) or "catalog"
 
     @property
     def pins(self) -> str:
@@ -63,20 +64,21 @@ class Instance:
 
 
 def _seed(name: str, model: str, gpu: str, n: int, seq: int, **kw: Any) -> Instance:
-    return Instance(name, model, gpu, n, seq, kind="seed", **kw)
+    return Instance(name, model, gpu, n, seq, kind="worked", **kw)
 
 
-# The seeds' cases (seed 000's ladder and recommender, seed 001's KempnerForge runs).
+# Worked examples: "The scaling ladder" (its rungs and recommender cases) and the KempnerForge
+# scaling guide's runs on 4-GPU H200 nodes.
 SEED_CASES: list[Instance] = [
-    _seed("seed000-7b-8", "llama2-7b", H100, 8, 4096),
-    _seed("seed000-70b-8-infeasible", "llama3-70b", H100, 8, 8192),
+    _seed("ladder-7b-8", "llama2-7b", H100, 8, 4096),
+    _seed("ladder-70b-8-infeasible", "llama3-70b", H100, 8, 8192),
     _seed(
-        "seed000-70b-256", "llama3-70b", H100, 256, 8192, training={"critical_batch_tokens": 2 * MI}
+        "ladder-70b-256", "llama3-70b", H100, 256, 8192, training={"critical_batch_tokens": 2 * MI}
     ),
-    _seed("seed000-405b-2048", "llama3-405b", H100, 2048, 8192),
-    _seed("seed000-405b-64-infeasible", "llama3-405b", H100, 64, 8192),
+    _seed("ladder-405b-2048", "llama3-405b", H100, 2048, 8192),
+    _seed("ladder-405b-64-infeasible", "llama3-405b", H100, 64, 8192),
     _seed(
-        "seed000-7b-4096-dpcap",
+        "ladder-7b-4096-dpcap",
         "llama2-7b",
         H100,
         4096,
@@ -84,7 +86,7 @@ SEED_CASES: list[Instance] = [
         training={"critical_batch_tokens": 2 * MI},
     ),
     _seed(
-        "seed001-kf7b-4xh200",
+        "kempnerforge-7b-4xh200",
         "kempnerforge-7b",
         "h200-141gb",
         4,
@@ -93,7 +95,7 @@ SEED_CASES: list[Instance] = [
         training={"framework": "KEMPNERFORGE"},
     ),
     _seed(
-        "seed001-kf13b-32xh200",
+        "kempnerforge-13b-32xh200",
         "kempnerforge-13b",
         "h200-141gb",
         32,
@@ -102,7 +104,7 @@ SEED_CASES: list[Instance] = [
         training={"framework": "KEMPNERFORGE"},
     ),
     _seed(
-        "seed001-kf70b-32xh200",
+        "kempnerforge-70b-32xh200",
         "kempnerforge-70b",
         "h200-141gb",
         32,
@@ -213,8 +215,8 @@ LATENCY_SUITE: list[Instance] = SEED_CASES + CATALOG_CASES
 
 # --quick: small instances only (the smoke test runs these), chosen to be fast to solve today.
 QUICK_LATENCY: list[str] = [
-    "seed000-70b-8-infeasible",
-    "seed001-kf7b-4xh200",
+    "ladder-70b-8-infeasible",
+    "kempnerforge-7b-4xh200",
     "llama3-8b-h100-8-s8k-tp2",
     "llama2-13b-a100-8-s4k-ze3",
 ]

@@ -2,16 +2,17 @@
 
     .venv/bin/python scripts/fit_constants.py [--out PATH] [--max-iter N] [--dry-run]
 
-Reads tools/data/calibration/published_runs.json and megatron_h100_runs.json and seed 001's
-measurements (tools/data/seed001_runs.json), scores every run at its published layout with the
-cost model (tools/calibration.py; the knobs a source does not state at their fastest setting
-the framework runs, tools/calibration_knobs.py), and fits the constants of solver/costmodel/constants.py
-that speed depends on (tools/calibration_fit.py: a maximum a posteriori Levenberg-Marquardt fit
-of the pseudo-Huber log error of tokens/s, each source weighted equally, each constant pulled
-weakly towards its physical prior). Prints the in-sample error per source and per category
-before (priors) and after, the constants with their priors and bounds (flagging any at a
-bound), and writes solver/costmodel/fitted.json, which every CostModel loads, with the hashes
-of the data it was fitted on. The out-of-sample figure is `python -m benchmarks fidelity`.
+Reads tools/data/calibration/published_runs.json and megatron_h100_runs.json and the KempnerForge
+scaling guide's measurements (tools/data/kempnerforge_runs.json), scores every run at its published
+layout with the cost model (tools/calibration.py; the knobs a source does not state at their fastest
+setting the framework runs, tools/calibration_knobs.py), and fits the constants of
+solver/costmodel/constants.py that speed depends on (tools/calibration_fit.py: a maximum a
+posteriori Levenberg-Marquardt fit of the pseudo-Huber log error of tokens/s, each source weighted
+equally, each constant pulled weakly towards its physical prior). Prints the in-sample error per
+source and per category before (priors) and after, the constants with their priors and bounds
+(flagging any at a bound), and writes solver/costmodel/fitted.json, which every CostModel loads,
+with the hashes of the data it was fitted on. The out-of-sample figure is
+`python -m benchmarks fidelity`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from meshplan.tools.calibration import (  # noqa: E402
 from meshplan.tools.calibration_fit import PARAMS, fit, prepare  # noqa: E402
 
 DEFAULT_OUT = ROOT / "solver" / "costmodel" / "fitted.json"
-SEED001 = ROOT / "tools" / "data" / "seed001_runs.json"
+KEMPNERFORGE = ROOT / "tools" / "data" / "kempnerforge_runs.json"
 
 
 def _fmt(v: float | None, signed: bool = False) -> str:
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             "data": {
                 "published_runs.json": _sha256(a.published),
                 "megatron_h100_runs.json": _sha256(a.megatron),
-                "seed001_runs.json": _sha256(SEED001),
+                "kempnerforge_runs.json": _sha256(KEMPNERFORGE),
             },
             "runs": len(runs),
             "unstated_knobs_tuned": tune,

@@ -1,4 +1,5 @@
-"""Seed 003's recipe as a plan: TP inside the node, PP across nodes, FSDP over the rest.
+"""The recipe of "Designing a pretraining system" as a plan: TP inside the node, PP across nodes,
+FSDP over the rest.
 
 It is the CP-SAT hint and the fallback when the solve finds nothing in time; it only proposes
 points of the space and keeps the first that fits, so it is never better than the optimum. The

@@ -79,7 +79,7 @@ class Recipe:
     sharded_master_only: bool = False  # ZeRO-3 keeps no sharded compute copy (FSDP2 fp32 params)
     root_gather: bool = True  # ZeRO-3 counts the gathered output layer / embedding unit
     extra_weights: int = 0  # bytes of the embedding and output weights when not `weights`
-    activations: str = "seed002"  # stored-activation form (costmodel/memory.py)
+    activations: str = "flat_12h"  # stored-activation form (costmodel/activations.py)
     tp_exposed: bool = False  # tp collectives never overlap compute (else the fitted eps_tp)
     gather_transient: int = 0  # ZeRO-3: per parameter of one unit beyond its gathered copies
     pipelined_reduce: int = 0  # pp > 1: per parameter of one unit at the step's one reduction
@@ -351,7 +351,7 @@ DEEPSPEED = Profile(
     ),
 )
 
-# KempnerForge (seed 001; solver/catalog/NOTES.md §4):
+# KempnerForge (its scaling guide; solver/catalog/NOTES.md §4):
 # - parameters and AdamW moments in BF16 (param_dtype is "the master weight dtype"): 2 + 4 B,
 #   sharded by FSDP2;
 # - gradient accumulation runs under set_requires_gradient_sync(False), so FSDP2 keeps every
@@ -362,12 +362,12 @@ DEEPSPEED = Profile(
 #   fixed batch, which an M-dependent buffer would break;
 # - the token embedding is replicated across tp and the output head is gathered to Replicate,
 #   so every tp rank holds the embedding and the full [b, s, V] logits; 8 B per logit element
-#   (bf16 logits + fp32 log-probabilities + bf16 gradient) is what the seed's three memory
+#   (bf16 logits + fp32 log-probabilities + bf16 gradient) is what the guide's three memory
 #   figures leave once the state, the checkpoints and one block's recompute are taken out (a
-#   residual fitted with seed 002's activation form, which it therefore keeps, and which holds
+#   residual fitted with the flat_12h activation form, which it therefore keeps, and which holds
 #   the gathered embedding and output unit too);
 # - TP is DTensor with sequence parallelism and no async TP: "TP fires all-gather/reduce-scatter
-#   on every matmul" (seed 001), so its collectives are counted fully exposed.
+#   on every matmul" (the scaling guide), so its collectives are counted fully exposed.
 _KEMPNERFORGE = Recipe(
     weights=2,
     gradients=0,
@@ -376,7 +376,7 @@ _KEMPNERFORGE = Recipe(
     logits=8,
     vocab_parallel=False,
     reduce_bytes=4,
-    activations="seed002",
+    activations="flat_12h",
     tp_exposed=True,
     root_gather=False,
 )
@@ -416,13 +416,15 @@ KEMPNERFORGE = Profile(
         pp=False,
         source=(
             "KempnerInstitute/KempnerForge @ 5666d0d: DTensor SequenceParallel tp without async "
-            "TP (distributed/tensor_parallel.py; seed 001: 'TP fires all-gather/reduce-scatter "
-            "on every matmul'); FSDP2 fully_shard (distributed/parallel.py)"
+            "TP (distributed/tensor_parallel.py; its scaling guide: 'TP fires "
+            "all-gather/reduce-scatter on every matmul'); FSDP2 fully_shard "
+            "(distributed/parallel.py)"
         ),
     ),
 )
 
-# The textbook profile: every layout the planner's axes can describe, seed 002's recipes.
+# The textbook profile: every layout the planner's axes can describe, the recipes of "Why one GPU is
+# not enough" (DeepSeek-V3 book, ch. 11).
 GENERIC = Profile(
     framework=Framework.GENERIC,
     title="no framework: the textbook recipe",
@@ -452,7 +454,10 @@ GENERIC = Profile(
         cp=True,
         ep=False,
         pp=False,
-        source="textbook (seeds 003, 004): fused kernels, tp traffic exposed, dp overlapped",
+        source=(
+            'textbook ("Designing a pretraining system", "The scaling ceiling"): fused kernels, '
+            "tp traffic exposed, dp overlapped"
+        ),
     ),
 )
 

@@ -31,7 +31,7 @@ class Recompute(str, Enum):
 class Framework(str, Enum):
     """The training framework a plan is for: its rules, memory recipe, efficiency and export."""
 
-    GENERIC = "GENERIC"  # the textbook recipe (seed 002): 16 B/param BF16, 9 B/param FP8
+    GENERIC = "GENERIC"  # the textbook recipe ("Why one GPU is not enough"): 16 B/param BF16, 9 FP8
     KEMPNERFORGE = "KEMPNERFORGE"  # FSDP2 + DTensor TP: rejects MoE with pp>1, FP8 with tp>1
     MEGATRON = "MEGATRON"  # Megatron-Core with Transformer Engine
     TORCHTITAN = "TORCHTITAN"  # FSDP2, TP, PP, CP, EP on PyTorch DTensor

@@ -19,8 +19,8 @@ from meshplan.tools.calibration import (
     evaluate_run,
     evaluate_runs,
     load_all,
+    load_kempnerforge,
     load_published,
-    load_seed001,
     summarize_by_category,
 )
 
@@ -60,17 +60,17 @@ def test_flop_conventions_are_converted() -> None:
     assert r.published_mfu == pytest.approx(run.source_mfu, rel=0.03)
 
 
-def test_seed001_runs_and_conventions() -> None:
-    runs = {r.id: r for r in load_seed001()}
+def test_kempnerforge_runs_and_conventions() -> None:
+    runs = {r.id: r for r in load_kempnerforge()}
     assert len(runs) == 7
-    r = evaluate_run(runs["seed001_7b_fsdp4_4gpu"])
-    # 38,983 tok/s on 4 GPUs is 53.8% at 54.6 GFLOP/token (seed) and 50.7% at our 51.5
+    r = evaluate_run(runs["kempnerforge_7b_fsdp4_4gpu"])
+    # 38,983 tok/s on 4 GPUs is 53.8% at 54.6 GFLOP/token (the guide's) and 50.7% at our 51.5
     assert r.published_tokens_per_s_per_gpu == pytest.approx(38983 / 4)
     assert r.published_mfu == pytest.approx(0.538 * 51.5 / 54.6, rel=0.01)
 
 
 def test_evaluate_run_is_what_evaluate_returns() -> None:
-    run = next(r for r in load_seed001() if r.memory_gib)
+    run = next(r for r in load_kempnerforge() if r.memory_gib)
     r = evaluate_run(run)
     ev = evaluate(run.request())
     assert r.predicted_mfu == pytest.approx(ev.performance.mfu, rel=1e-12)
@@ -91,7 +91,7 @@ def test_fit_script_runs_and_its_output_loads(tmp_path: Path) -> None:
         cwd=ROOT,
     )
     assert p.returncode == 0, p.stderr
-    assert "prior  fitted" in p.stdout and "seed001" in p.stdout and "MoE" in p.stdout
+    assert "prior  fitted" in p.stdout and "kempnerforge" in p.stdout and "MoE" in p.stdout
     doc = json.loads(out.read_text())
     k = constants_from(doc)
     assert k.eta["H100"] == doc["constants"]["eta"]["H100"]
@@ -99,11 +99,11 @@ def test_fit_script_runs_and_its_output_loads(tmp_path: Path) -> None:
     assert set(doc["fit"]["data"]) == {
         "published_runs.json",
         "megatron_h100_runs.json",
-        "seed001_runs.json",
+        "kempnerforge_runs.json",
     }
     assert doc["fit"]["runs"] == 105
     assert set(doc["fit"]["in_sample_by_category"]) >= {"BF16-dense", "FP8-dense", "MoE", "all"}
-    res = evaluate_runs(load_seed001(), k)
+    res = evaluate_runs(load_kempnerforge(), k)
     assert all(0 < r.predicted_mfu < 1 for r in res)
 
 
@@ -122,20 +122,20 @@ def test_fidelity_quick_reports_sane_numbers(
     rep = json.loads(out.read_text())
     s = rep["summary"]["all"]
     assert 0 <= s["mfu_median"] <= s["mfu_p90"] < 0.5
-    assert rep["summary"]["seed001"]["n_memory"] == 3
+    assert rep["summary"]["kempnerforge"]["n_memory"] == 3
     for r in rep["runs"]:
         assert 0.05 < r["predicted_mfu"] < 0.9 and 0.05 < r["published_mfu"] < 0.9, r
-    seed = [r for r in rep["runs"] if r["source"] == "seed001" and r["memory_error"] is not None]
-    assert all(-0.03 <= r["memory_error"] <= 0.05 for r in seed)
+    kf = [r for r in rep["runs"] if r["source"] == "kempnerforge" and r["memory_error"] is not None]
+    assert all(-0.03 <= r["memory_error"] <= 0.05 for r in kf)
 
 
 @needs_published
-def test_seed002_activation_form_beats_korthikanti_on_torchtitan() -> None:
-    # The decision in memory.py: on torchtitan's selective-recompute peaks seed 002's form errs
-    # far less than Korthikanti's generalised one.
+def test_flat_12h_activation_form_beats_korthikanti_on_torchtitan() -> None:
+    # The decision in memory.py: on torchtitan's selective-recompute peaks the flat 12·h form
+    # ("Why one GPU is not enough") errs far less than Korthikanti's generalised one.
     _, stats = fidelity.activation_evidence(load_published())
     assert (
-        stats["seed002"]["median_abs_selective"]
+        stats["flat_12h"]["median_abs_selective"]
         < 0.5 * stats["korthikanti"]["median_abs_selective"]
     )
 

@@ -23,7 +23,7 @@ def few() -> list:
         "torchtitan_2412_llama31_8B_t1_fsdp_compile",
         "torchtitan_2506_llama31_8B_fsdp_fp8_32xh200",
     }
-    pick |= {"seed001_13b_fsdp8_8gpu", "mosaicml_mpt70b_h100_64gpu_seq2048"}
+    pick |= {"kempnerforge_13b_fsdp8_8gpu", "mosaicml_mpt70b_h100_64gpu_seq2048"}
     return [r for r in runs if r.id in pick]
 
 

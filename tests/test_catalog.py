@@ -144,7 +144,7 @@ def test_every_model_loads_positive_and_sourced(name: str) -> None:
 
 
 def test_documented_peaks() -> None:
-    # The peaks the calibration README and seed 001 rely on (dense, no sparsity).
+    # The peaks the calibration README and the KempnerForge guide rely on (dense, no sparsity).
     assert get_gpu("a100-sxm-80gb").peak_bf16_tflops == 312
     assert get_gpu("a100-sxm-40gb").peak_fp8_tflops == 312  # no FP8 on A100
     for name in ("h100-sxm-80gb", "h100-sxm-96gb", "h800-sxm-80gb", "h200-141gb"):
@@ -185,7 +185,7 @@ def test_qwen3_head_dim_is_the_models_own() -> None:
     assert a.attn_params == 2 * 4096 * 8192 + 2 * 4096 * 4 * 128
 
 
-def test_kempnerforge_shapes_match_seed_001_benchmarks() -> None:
+def test_kempnerforge_shapes_match_the_guide_benchmarks() -> None:
     # mfu_scaling_2026-04-05.md: 7B = 8.03B, 13B = 14.84B, 70B = 70.55B (Llama-3 vocab, GQA 8).
     for name, billions in (
         ("kempnerforge-7b", 8.03),

@@ -11,10 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.suite import LATENCY_SUITE
 from meshplan.solver import EvaluateRequest, PlanRequest, evaluate, plan
+from meshplan.solver.costmodel.activations import TEXTBOOK
+from meshplan.solver.profiles import PROFILES
 from meshplan.solver.results import Wall
 from meshplan.solver.walls import BUBBLE_WARN, COMM_WALL
 from meshplan.tools import glossary
+from meshplan.tools.calibration import SOURCES, load_all
 from meshplan.tools.cli import COMMANDS, build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,6 +122,15 @@ def test_no_internal_references_in_user_facing_text() -> None:
     }
     found = {k: INTERNAL.findall(v) for k, v in sources.items()}
     assert not any(found.values()), found
+
+
+def test_labels_name_their_source_not_an_internal_text() -> None:
+    """Calibration sources and run ids, benchmark instances and activation forms are printed by
+    the benchmarks and `calibrate`: none is named after an internal text by its number."""
+    forms = {r.activations for p in PROFILES.values() for r in (p.bf16, p.fp8_recipe)}
+    labels = [*SOURCES, *(r.id for r in load_all()), *(i.name for i in LATENCY_SUITE)]
+    labels += [*forms, *TEXTBOOK]
+    assert not [x for x in labels if re.search(r"seed[ _-]?\d", x, re.I)]
 
 
 def test_every_command_is_registered_once_and_loads_lazily() -> None:

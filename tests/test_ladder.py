@@ -1,4 +1,5 @@
-"""`meshplan ladder`: seed 000's rungs on a small family: the wall and the axis each rung adds."""
+"""`meshplan ladder`: the rungs of "The scaling ladder" on a small family: the wall and the axis
+each rung adds."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_rung_specs() -> None:
 
 def test_small_family_ladder(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     """llama2 7B on 8 GPUs is pure data parallel; 70B on 8 does not fit (16 would); 70B on 16
-    must split the model, so it adds tp or pp over the 7B rung (seed 000, rungs 0-2)."""
+    must split the model, so it adds tp or pp over the 7B rung ("The scaling ladder", rungs 0-2)."""
     png = tmp_path / "ladder.png"
     argv = ["ladder", "--rungs", "llama2-7b@8,llama2-70b@8,llama2-70b@16", *KNOBS]
     assert main([*argv, "--jobs", "1", "--json", "--plot", str(png)]) == 0

@@ -138,7 +138,7 @@ def test_the_wheel_has_one_top_level_name(tmp_path: Path) -> None:
         "meshplan/server/app.py",
         "meshplan/client/sync.py",
         "meshplan/tools/cli.py",
-        "meshplan/tools/data/seed001_runs.json",
+        "meshplan/tools/data/kempnerforge_runs.json",
         "meshplan/tools/data/calibration/published_runs.json",  # what `calibrate` refits to
         "meshplan/tools/data/calibration/megatron_h100_runs.json",
         "meshplan/v1/planner_pb2.py",

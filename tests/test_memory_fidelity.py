@@ -2,7 +2,8 @@
 targets: never under-predicted by more than 3%, median |error| at most 8%).
 
 torchtitan prints max_memory_reserved (compared with the tenants plus the fragmentation
-allowance), seed 001 max_memory_allocated (the tenants alone); tools/calibration.py does that.
+allowance), the KempnerForge guide max_memory_allocated (the tenants alone); tools/calibration.py
+does that.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from meshplan.tools.calibration import evaluate_runs, load_all
 RESULTS = {r.id: r for r in evaluate_runs([r for r in load_all() if r.memory_gib is not None])}
 
 
-@pytest.mark.parametrize("source", ["torchtitan", "seed001"])
+@pytest.mark.parametrize("source", ["torchtitan", "kempnerforge"])
 def test_median_memory_error(source: str) -> None:
     errs = [abs(r.memory_error) for r in RESULTS.values() if r.source == source]
-    assert len(errs) == {"torchtitan": 19, "seed001": 3}[source]
+    assert len(errs) == {"torchtitan": 19, "kempnerforge": 3}[source]
     assert statistics.median(errs) <= 0.08
 
 

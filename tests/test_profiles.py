@@ -325,8 +325,9 @@ def test_published_large_layouts() -> None:
 
 
 def test_ladder_under_the_default_profile() -> None:
-    # seed 000's rungs under Megatron's recipe: 70B does not fit one node, its minimum is three
-    # (fp32 main gradients and no ZeRO-3 with pipelining), and there it splits the model.
+    # The rungs of "The scaling ladder" under Megatron's recipe: 70B does not fit one node, its
+    # minimum is three (fp32 main gradients and no ZeRO-3 with pipelining), and there it splits
+    # the model.
     base = {"training": {"seq_len": 2048, "global_batch_tokens": 131072}}
     r8 = plan(plan_req(model={"preset": "llama2-70b"}, cluster={"num_gpus": 8}, **base))
     assert r8.status is PlanStatus.INFEASIBLE and r8.explanation.min_gpus == 24

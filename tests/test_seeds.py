@@ -1,4 +1,6 @@
-"""The seeds' worked examples and their recommender's behaviour (../shared/seeds)."""
+"""The worked examples of the texts meshplan started from (../shared/seeds: "The scaling ladder",
+the KempnerForge scaling guide, "Why one GPU is not enough" (DeepSeek-V3 book, ch. 11), "Designing a
+pretraining system") and their recommender's behaviour."""
 
 from __future__ import annotations
 
@@ -12,24 +14,25 @@ from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel.context import STATE_BYTES, recipe_for
 from meshplan.solver.results import PlanStatus
 from meshplan.solver.schema import Framework, ModelSpec, Precision
-from meshplan.tools.calibration import evaluate_run, load_seed001
+from meshplan.tools.calibration import evaluate_run, load_kempnerforge
 
 GIB = 1 << 30
 H100 = {"gpu": "h100-sxm-80gb"}
 
 
 def test_static_bytes_per_parameter() -> None:
-    # seeds 002, 003: 2 + 2 + 12 = 16 for BF16 AdamW; FP8 recipe 1 + 2 + 6 = 9 (seed 002 case D)
+    # "Why one GPU is not enough", "Designing a pretraining system": 2 + 2 + 12 = 16 for BF16
+    # AdamW; FP8 recipe 1 + 2 + 6 = 9 ("Why one GPU is not enough", case D)
     assert sum(STATE_BYTES[Precision.BF16]) == 16
     assert sum(STATE_BYTES[Precision.FP8]) == 9
 
 
-def test_seed002_llama7b_tenants() -> None:
-    # seed 002 prints params 13.04, grads 13.04, optim 78.23 GiB for N = 7e9 -> 2 H100s
+def test_why_one_gpu_llama7b_tenants() -> None:
+    # "Why one GPU is not enough" prints params 13.04, grads 13.04, optim 78.23 GiB for N = 7e9 -> 2 H100s
     n = 7e9
     w, g, o = (n * b / GIB for b in STATE_BYTES[Precision.BF16])
     assert (round(w, 2), round(g, 2), round(o, 2)) == (13.04, 13.04, 78.23)
-    # With our activation model (seed 002's 12·L·B·S·d, 12 GiB here) it still needs 2 GPUs.
+    # With our activation model (its 12·L·B·S·d, 12 GiB here) it still needs 2 GPUs.
     ev = evaluate(
         eval_req(
             model={"preset": "llama2-7b"},
@@ -54,8 +57,8 @@ def test_seed002_llama7b_tenants() -> None:
 def test_deepseek_v3_state_needs_126_gpus_and_76_with_fp8() -> None:
     a = resolve_model(ModelSpec(preset="deepseek-v3"))
     assert abs(a.total_params / 671e9 - 1) < 0.01
-    assert math.ceil(a.total_params * 16 / (80 * GIB)) >= 126  # seed 002 case C
-    assert math.ceil(a.total_params * 9 / 80e9) == 76  # case D: decimal GB as the seed prints
+    assert math.ceil(a.total_params * 16 / (80 * GIB)) >= 126  # "Why one GPU is not enough", case C
+    assert math.ceil(a.total_params * 9 / 80e9) == 76  # case D: decimal GB as the book prints
 
 
 def test_7b_on_8_h100_fits_with_fsdp_alone() -> None:
@@ -67,7 +70,7 @@ def test_7b_on_8_h100_fits_with_fsdp_alone() -> None:
         )
     )
     assert r.status is PlanStatus.OPTIMAL
-    assert (r.config.tp, r.config.pp) == (1, 1)  # seed 000 rung 0: no TP, no PP
+    assert (r.config.tp, r.config.pp) == (1, 1)  # "The scaling ladder" rung 0: no TP, no PP
     assert r.memory.total <= r.memory.hbm
 
 
@@ -80,7 +83,7 @@ def test_70b_on_one_node_is_infeasible_with_a_minimum() -> None:
         )
     )
     assert r.status is PlanStatus.INFEASIBLE
-    assert r.explanation.min_gpus > 8  # seed 000 rung 1: forces multi-node
+    assert r.explanation.min_gpus > 8  # "The scaling ladder" rung 1: forces multi-node
     assert "GiB per GPU against" in r.explanation.reason
 
 
@@ -105,7 +108,8 @@ def test_70b_tp8_dp32_on_256_fits() -> None:
 
 
 def test_405b_bubble_follows_1f1b_formula() -> None:
-    # seed 000 rung 3 / seed 003: bubble (pp-1)/(M+pp-1); at pp=16, M=64 -> 15/79
+    # "The scaling ladder" rung 3, "Designing a pretraining system": bubble (pp-1)/(M+pp-1);
+    # at pp=16, M=64 -> 15/79
     ev = evaluate(
         eval_req(
             model={"preset": "llama3-405b"},
@@ -165,7 +169,7 @@ def test_7b_on_4096_past_the_dp_cap_warns() -> None:
     assert r.binding_wall.value == "DP_CAP"
 
 
-def test_seed001_fsdp_beats_tp_on_4_h200() -> None:
+def test_kempnerforge_guide_fsdp_beats_tp_on_4_h200() -> None:
     base = {
         "model": {"preset": "kempnerforge-7b"},
         "cluster": {"gpu": "h200-141gb", "num_gpus": 4, "gpus_per_node": 4},
@@ -186,32 +190,32 @@ def test_seed001_fsdp_beats_tp_on_4_h200() -> None:
     assert (r.config.tp, r.config.pp, r.config.dp) == (1, 1, 4)
 
 
-# Seed 001's measured speed, converted to our MFU convention (tools/calibration.py: the seed's
-# MFU counts both embeddings); the fitted constants put every run within this relative error.
+# The KempnerForge guide's measured speed, converted to our MFU convention (tools/calibration.py:
+# the guide's MFU counts both embeddings); the fitted constants put every run within this relative error.
 # Re-based from 15% when the fit grew to all 105 published runs: one set of constants now
-# serves Megatron, torchtitan and KempnerForge, and the seed's 32-GPU runs cross an InfiniBand
+# serves Megatron, torchtitan and KempnerForge, and the guide's 32-GPU runs cross an InfiniBand
 # whose speed it does not state but whose "scaling cliff" (7B: 93% -> 53% linear efficiency
 # from 4 to 8 GPUs) is far steeper than the catalog's 50 GB/s per GPU predicts (+32% there).
-SEED001_MFU_TOL = 0.35
+KF_MFU_TOL = 0.35
 
 
-def test_seed001_mfu_within_tolerance() -> None:
-    runs = load_seed001()
+def test_kempnerforge_guide_mfu_within_tolerance() -> None:
+    runs = load_kempnerforge()
     assert len(runs) == 7
     for run in runs:
         r = evaluate_run(run)
-        assert abs(r.mfu_error) < SEED001_MFU_TOL, (run.id, r.predicted_mfu, r.published_mfu)
+        assert abs(r.mfu_error) < KF_MFU_TOL, (run.id, r.predicted_mfu, r.published_mfu)
     # 13B tp4 x fsdp8 on 32 H200s: 104,309 tok/s is 32.7% MFU at 99.1 GFLOP/token (both
     # embeddings) and 31.4% at our 95.2 (NOTES.md §4)
-    r13 = evaluate_run(next(r for r in runs if r.id == "seed001_13b_tp4_fsdp8_32gpu"))
+    r13 = evaluate_run(next(r for r in runs if r.id == "kempnerforge_13b_tp4_fsdp8_32gpu"))
     assert r13.published_mfu == pytest.approx(0.327 * 95.2 / 99.1, rel=0.01)
 
 
-# Seed 001's memory figures are torch.cuda.max_memory_allocated() / 2**30 ("GB" in the seed, GiB
-# in fact; NOTES.md §4), so they compare with the tenants without the reserve. Tolerance: never
+# The KempnerForge guide's memory figures are torch.cuda.max_memory_allocated() / 2**30 ("GB" in
+# the guide, GiB in fact; NOTES.md §4), so they compare with the tenants without the reserve. Tolerance: never
 # under by more than 3%, over by at most 5%.
-SEED001_MEM_UNDER, SEED001_MEM_OVER = 0.03, 0.05
-SEED001_MEMORY = [  # (model, tp, fsdp, micro-batch, grad accum, GiB measured)
+KF_MEM_UNDER, KF_MEM_OVER = 0.03, 0.05
+KF_MEMORY = [  # (model, tp, fsdp, micro-batch, grad accum, GiB measured)
     ("kempnerforge-7b", 4, 8, 4, 2, 27.6),
     ("kempnerforge-13b", 4, 8, 4, 4, 36.3),
     ("kempnerforge-70b", 4, 8, 2, 4, 93.2),
@@ -241,12 +245,12 @@ def _kf_allocated(
     return (ev.memory.total - ev.memory.reserve) / GIB
 
 
-@pytest.mark.parametrize("model,tp,dp,b,m,gib", SEED001_MEMORY)
-def test_seed001_memory_with_the_kempnerforge_recipe(
+@pytest.mark.parametrize("model,tp,dp,b,m,gib", KF_MEMORY)
+def test_kempnerforge_guide_memory_with_the_kempnerforge_recipe(
     model: str, tp: int, dp: int, b: int, m: int, gib: float
 ) -> None:
     got = _kf_allocated(model, tp, dp, b, m, "KEMPNERFORGE")
-    assert -SEED001_MEM_UNDER <= got / gib - 1 <= SEED001_MEM_OVER, (model, got, gib)
+    assert -KF_MEM_UNDER <= got / gib - 1 <= KF_MEM_OVER, (model, got, gib)
     # The generic recipe (16 B/param sharded, no accumulation buffer, vocab-parallel logits)
     # misses it by far: it is why the framework profile exists.
     assert _kf_allocated(model, tp, dp, b, m, "GENERIC", fits=False) < 0.75 * gib
@@ -261,7 +265,7 @@ def test_kempnerforge_recipe_bytes() -> None:
     assert recipe_for(Framework.GENERIC, Precision.BF16).weights == STATE_BYTES[Precision.BF16][0]
 
 
-# Out of sample: KempnerForge rows beyond the seed (NOTES.md §4: the 2026-04-05 report and the
+# Out of sample: KempnerForge rows beyond the guide (NOTES.md §4: the 2026-04-05 report and the
 # weak-scaling campaign), never used to fit anything. Same tolerance on the under side.
 NOTES_MEMORY = [
     ("kempnerforge-7b", 1, 4, 4, 2, 61.1),
@@ -280,4 +284,4 @@ def test_kempnerforge_memory_out_of_sample(
 ) -> None:
     # fsdp=2 on 70B ran at 128.5 of 140 GiB: past the planner's default reserve, so no fits check
     got = _kf_allocated(model, tp, dp, b, m, "KEMPNERFORGE", fits=False)
-    assert -SEED001_MEM_UNDER <= got / gib - 1 <= 0.08, (model, tp, dp, got, gib)
+    assert -KF_MEM_UNDER <= got / gib - 1 <= 0.08, (model, tp, dp, got, gib)

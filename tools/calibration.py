@@ -36,9 +36,9 @@ from meshplan.tools.calibration_data import (
     SOURCES,
     CalibrationRun,
     load_all,
+    load_kempnerforge,
     load_megatron,
     load_published,
-    load_seed001,
     megatron_flops_per_token,
 )
 from meshplan.tools.calibration_knobs import candidates, setting
@@ -57,9 +57,9 @@ __all__ = [
     "evaluate_run",
     "evaluate_runs",
     "load_all",
+    "load_kempnerforge",
     "load_megatron",
     "load_published",
-    "load_seed001",
     "megatron_flops_per_token",
     "summarize",
     "summarize_by_category",

@@ -3,8 +3,8 @@
 Three files, vendored with their sources: `tools/data/calibration/published_runs.json`
 (Narayanan et al. 2021, Korthikanti et al. 2022, torchtitan, MosaicML llm-foundry),
 `tools/data/calibration/megatron_h100_runs.json` (Megatron-Core r0.8.0 scaling, NeMo 24.07,
-NVIDIA DGX Cloud recipes v25.02.01, the Megatron MoE model zoo) and seed 001's KempnerForge
-measurements (`tools/data/seed001_runs.json`). Each run becomes a `CalibrationRun`: the model,
+NVIDIA DGX Cloud recipes v25.02.01, the Megatron MoE model zoo) and the KempnerForge scaling
+guide's measurements (`tools/data/kempnerforge_runs.json`). Each run becomes a `CalibrationRun`: the model,
 the cluster, the training step (framework profile and the overlaps the run used), the
 published layout, and the published speed as tokens/s per GPU (every source's FLOP convention
 undone: `CONVERSIONS`). Fields a source does not publish take the per-source default stated
@@ -62,9 +62,9 @@ __all__ = [
     "CalibrationRun",
     "Category",
     "load_all",
+    "load_kempnerforge",
     "load_megatron",
     "load_published",
-    "load_seed001",
     "megatron_flops_per_token",
 ]
 
@@ -220,14 +220,15 @@ def load_published(path: Path | str = DEFAULT_PUBLISHED) -> list[CalibrationRun]
     return [_run_from_published(r) for r in records]
 
 
-def _seed001_raw() -> dict[str, Any]:
-    text = resources.files("meshplan.tools").joinpath("data/seed001_runs.json").read_text("utf-8")
+def _kempnerforge_raw() -> dict[str, Any]:
+    path = "data/kempnerforge_runs.json"
+    text = resources.files("meshplan.tools").joinpath(path).read_text("utf-8")
     return json.loads(text)
 
 
-def load_seed001() -> list[CalibrationRun]:
-    """Seed 001's KempnerForge measurements (tools/data/seed001_runs.json)."""
-    data = _seed001_raw()
+def load_kempnerforge() -> list[CalibrationRun]:
+    """The KempnerForge scaling guide's measurements (tools/data/kempnerforge_runs.json)."""
+    data = _kempnerforge_raw()
     c = data["common"]
     out = []
     for r in data["runs"]:
@@ -247,7 +248,7 @@ def load_seed001() -> list[CalibrationRun]:
         out.append(
             CalibrationRun(
                 id=r["id"],
-                source="seed001",
+                source="kempnerforge",
                 category=_category(A.is_moe, prec),
                 citation=f'{data["source"]["title"]}: "{r["quote"]}"',
                 model=model,
@@ -285,8 +286,8 @@ def load_all(
     published: Path | str | None = DEFAULT_PUBLISHED,
     megatron: Path | str | None = DEFAULT_MEGATRON,
 ) -> list[CalibrationRun]:
-    """Every calibration run: published_runs.json, megatron_h100_runs.json and seed 001 (a file
-    passed as None is skipped)."""
+    """Every calibration run: published_runs.json, megatron_h100_runs.json and the KempnerForge
+    guide's (a file passed as None is skipped)."""
     runs = load_published(published) if published is not None else []
     runs += load_megatron(megatron) if megatron is not None else []
-    return runs + load_seed001()
+    return runs + load_kempnerforge()

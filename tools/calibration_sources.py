@@ -23,7 +23,7 @@ CONVERSIONS = {
         "tokens/s as printed / GPUs. Their MFU is (6·N_total + 12·L·d·s)/token, no causal "
         "halving (llm-foundry collect_results.py), equal to ours for MPT's tied embeddings."
     ),
-    "seed001": (
+    "kempnerforge": (
         "tok/s as printed / GPUs; where only MFU is printed, tokens/s/GPU = MFU × 989e12 / "
         "(6·N_total + 12·L·h·s), N_total with both embeddings (KempnerForge 2026-04-05 report); "
         "our MFU drops the input embedding: 6% (7B) / 4% (13B) / 1.3% (70B) lower. Memory is "
@@ -95,7 +95,7 @@ DEFAULTS = {
         "ZeRO 3 (FULL_SHARD), full recomputation as printed; scored with the TORCHTITAN profile "
         "(PyTorch FSDP, the same recipe)",
     ],
-    "seed001": [
+    "kempnerforge": [
         "ZeRO 3 (FSDP2), full activation checkpointing, sequence parallelism with tp > 1",
         "micro-batch x grad-accum and seq_len 4096 from KempnerForge's mfu_bench.sh (NOTES.md)",
         "KempnerForge memory recipe (framework KEMPNERFORGE); tp collectives exposed",

@@ -1,8 +1,9 @@
-"""Seed 000's scaling ladder: rungs of (model, GPUs), each planned; for each, the wall that binds,
-the parallel axes it adds compared with the last feasible rung below it, and the layout.
+"""The scaling ladder (the lesson "The scaling ladder"): rungs of (model, GPUs), each planned; for
+each, the wall that binds, the parallel axes it adds compared with the last feasible rung below it,
+and the layout.
 
 The axes of a layout are tp, pp, cp, ep and the data axis, which is `fsdp` under ZeRO-3 (the
-seed counts FSDP as the axis that rung 0 adds) and `dp` otherwise.
+lesson counts FSDP as the axis that rung 0 adds) and `dp` otherwise.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from meshplan.solver.schema import ParallelConfig
 from meshplan.tools.grid import ModelItem, expand_model
 from meshplan.tools.sweep import Job, build_jobs, solve_local, solve_remote
 
-SEED_RUNGS = "llama3-8b@8,llama3-70b@8,llama3-70b@256,llama3-405b@2048"  # seed 000's table
+SEED_RUNGS = "llama3-8b@8,llama3-70b@8,llama3-70b@256,llama3-405b@2048"  # "The scaling ladder"
 
 
 @dataclass
@@ -53,7 +54,8 @@ class Rung:
 
 
 def axes_of(c: ParallelConfig) -> list[str]:
-    """The parallel axes a layout uses, in seed 003's order (tp in node, pp, cp, ep, data)."""
+    """The parallel axes a layout uses, in the order of "Designing a pretraining system" (tp in
+    node, pp, cp, ep, data)."""
     out = [a for a in ("tp", "pp", "cp", "ep") if getattr(c, a) > 1]
     if c.dp > 1:
         out.append("fsdp" if c.zero_stage == 3 else "dp")
@@ -167,7 +169,8 @@ def rung_row(r: Rung) -> dict[str, Any]:
 
 
 def render_ladder(rungs: Sequence[Rung]) -> str:
-    """The ladder as seed 000's table, then a note per infeasible or failed rung."""
+    """The ladder as the table of "The scaling ladder", then a note per infeasible or failed
+    rung."""
     rows, notes = [["rung", "model", "params", "GPUs", "binding wall", "adds", "config / MFU"]], []
     for r in rungs:
         perf = r.result.performance if r.result is not None else None

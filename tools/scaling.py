@@ -1,10 +1,11 @@
-"""Scaling curves from sweep rows (seed 004): strong scaling (one model, growing cluster) and weak
-scaling (the model grows with the cluster), with where the DP cap and the critical batch bind.
+"""Scaling curves from sweep rows ("The scaling ceiling"): strong scaling (one model, growing
+cluster) and weak scaling (the model grows with the cluster), with where the DP cap and the critical
+batch bind.
 
 Scaling efficiency is the speedup got over the speedup paid for, relative to the series' first
-feasible point: strong E(P) = (T(P)/T0) / (P/P0) with T in tokens/s (seed 004 section 2); weak
-scaling compares model FLOPs per GPU instead, E(P) = (T·F/P) / (T0·F0/P0) with F the model FLOPs
-per token (seed 004 section 4: constant work per GPU holds efficiency flat).
+feasible point: strong E(P) = (T(P)/T0) / (P/P0) with T in tokens/s ("The scaling ceiling" §2); weak
+scaling compares model FLOPs per GPU instead, E(P) = (T·F/P) / (T0·F0/P0) with F the model FLOPs per
+token ("The scaling ceiling" §4: constant work per GPU holds efficiency flat).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class Series:
     points: list[ScalePoint] = field(default_factory=list)
     dp_cap_gpus: int | None = None  # first GPU count whose binding wall is DP_CAP
     critical_batch_tokens: int = 0  # the cap on the global batch (0: none)
-    seq_len: int = 0  # tokens per sequence: dp <= critical_batch_tokens / seq_len (seed 004)
+    # tokens per sequence: dp <= critical_batch_tokens / seq_len ("The scaling ceiling")
+    seq_len: int = 0
 
 
 def _num(row: dict[str, Any], key: str) -> float:
@@ -69,7 +71,7 @@ def _series(label: str, kind: str, rows: list[dict[str, Any]], flops: bool) -> S
         p, t = _num(r, "num_gpus"), _num(r, "tokens_per_s")
         work = (
             t * (_num(r, "model_flops_per_token") if flops else 1) / p
-        )  # seed 004: E = speedup got / paid for
+        )  # "The scaling ceiling": E = speedup got / paid for
         batch = int(_num(r, "plan_global_batch_tokens"))
         pt = ScalePoint(
             int(p),
@@ -92,7 +94,8 @@ def _group_label(row: dict[str, Any], varying: list[str]) -> str:
 
 def _weak(by_model: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """One cell per model, largest models on the most GPUs, parameters per GPU kept as close as
-    the grid allows to the smallest model's on its fewest GPUs (weak scaling, seed 004)."""
+    the grid allows to the smallest model's on its fewest GPUs (weak scaling, "The scaling
+    ceiling")."""
     models = sorted(by_model, key=lambda m: _num(by_model[m][0], "total_params"))
     first = min(by_model[models[0]], key=lambda r: _num(r, "num_gpus"))
     per_gpu = _num(first, "total_params") / _num(first, "num_gpus")

@@ -2,7 +2,7 @@
 
 `gpus.json` and `models.json` (next to this module) are loaded once, validated into frozen
 pydantic models and looked up by name, case-insensitively. Research notes behind the numbers,
-including the KempnerForge training settings behind seed 001, are in `NOTES.md`.
+including the KempnerForge training settings behind its scaling guide, are in `NOTES.md`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Stored activations per token per layer on one GPU (bytes), in the form of the request's
 framework profile (`Recipe.activations`).
 
-- "seed002" (the textbook profile): seed 002's 12·h elements of 2 bytes per token per layer,
-  shared out over tp, sequence parallelism and MoE/dense layers in the proportions of
-  Korthikanti et al. 2022 eq. 1.
+- "flat_12h" (the textbook profile): 12·h elements of 2 bytes per token per layer ("Why one GPU
+  is not enough", DeepSeek-V3 book, ch. 11: 12·L·B·S·d·b_a), shared out over tp, sequence
+  parallelism and MoE/dense layers in the proportions of Korthikanti et al. 2022 eq. 1.
 - "korthikanti": Korthikanti et al. 2022 eq. 1 generalised to GQA and gated MLPs (34·h bytes for
   a GPT layer; kept for the comparison benchmarks/fidelity.py prints).
 - "megatron", "torchtitan", "kempnerforge": the tensors a layer keeps for its backward with
@@ -34,8 +34,9 @@ from meshplan.solver.costmodel.context import ACT_BYTES, Ctx
 from meshplan.solver.costmodel.point import LayoutOrRows, maximum, per_rows, pick
 from meshplan.solver.schema import Recompute
 
-SEED002_ELEMENTS = 12  # activation elements per token per layer, in units of h (seed 002)
-TEXTBOOK = ("seed002", "korthikanti")
+# activation elements per token per layer, in units of h: "Why one GPU is not enough" (ch. 11)
+FLAT_ELEMENTS = 12
+TEXTBOOK = ("flat_12h", "korthikanti")
 
 
 def per_token(c: Ctx, lay: LayoutOrRows, r: Recompute) -> np.ndarray:
@@ -97,7 +98,7 @@ def _sp(lay: LayoutOrRows) -> np.ndarray:
 
 
 def _textbook(c: Ctx, lay: LayoutOrRows, r: Recompute, width: int, routed: int) -> np.ndarray:
-    """seed 002's total (or Korthikanti's) with Korthikanti's split over tp."""
+    """The flat 12·h total (or Korthikanti's) with Korthikanti's split over tp."""
     A, T = c.A, lay.tp
     unfused = r is Recompute.NONE and not c.fused_attention
     score = 5.0 * A.a * c.s if unfused else 0.0  # Korthikanti eq. 2
@@ -108,10 +109,11 @@ def _textbook(c: Ctx, lay: LayoutOrRows, r: Recompute, width: int, routed: int) 
         return nonpar + (4.0 + 4.0 * A.kv / A.a) * A.h + mlp
 
     scale = 1.0
-    if c.recipe.activations == "seed002":
-        # seed 002: 12·h elements of 2 bytes per token for the model's dense block; Korthikanti's
-        # terms only share it out (tp split, MoE/dense ratio)
-        scale = SEED002_ELEMENTS * ACT_BYTES * A.h / korthikanti(gate * A.f)
+    if c.recipe.activations == "flat_12h":
+        # "Why one GPU is not enough" (DeepSeek-V3 book, ch. 11): 12·h elements of 2 bytes per
+        # token for the model's dense block; Korthikanti's terms only share it out (tp split,
+        # MoE/dense ratio)
+        scale = FLAT_ELEMENTS * ACT_BYTES * A.h / korthikanti(gate * A.f)
     mlp = gate * width + (2.0 * routed * A.h if routed else 0.0)
     par = scale * (korthikanti(mlp) - nonpar) + score
     return pick(lay.sp, (scale * nonpar + par) / T, scale * nonpar + par / T)

@@ -15,7 +15,8 @@ from meshplan.solver.schema import Framework, Precision
 
 __all__ = ["ACT_BYTES", "LOGIT_BYTES", "STATE_BYTES", "Ctx", "Recipe", "recipe_for"]
 
-# Static bytes per parameter (weights, gradients, optimizer incl. fp32 master): seed 002.
+# Static bytes per parameter (weights, gradients, optimizer incl. fp32 master): 16 B BF16, 9 B FP8,
+# "Why one GPU is not enough" (DeepSeek-V3 book, ch. 11).
 STATE_BYTES = {Precision.BF16: (2, 2, 12), Precision.FP8: (1, 2, 6)}
 
 
@@ -56,7 +57,8 @@ class Ctx:
 
     @property
     def budget(self) -> int:
-        """Bytes the tenants may use: HBM less the fixed reserve, less fragmentation (seed 002)."""
+        """Bytes the tenants may use: HBM less the fixed reserve, less fragmentation ("Why one GPU
+        is not enough", DeepSeek-V3 book, ch. 11)."""
         return int((self.H.hbm - self.reserve_bytes) / (1.0 + self.fragmentation))
 
     def reserve_for(self, used: int) -> int:

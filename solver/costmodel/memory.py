@@ -1,13 +1,14 @@
 """Per-GPU memory on the first and last pipeline stage, by tenant (bytes).
 
-Static state per parameter: the recipe of the request's framework profile (solver/profiles.py:
-seed 002's 16 B BF16 and 9 B FP8 for the textbook, Megatron's 2 + 4 + 12, ...); ZeRO-1/2/3 shard
-optimizer / +grads / +weights over the data-parallel group (Rajbhandari et al. 2020). Dense and
-attention weights are split over tp; expert weights over the expert group ep·etp, and sharded
-over the expert-data-parallel group tp·cp·dp/(ep·etp) (Megatron-Core's MoE parallel folding), so
-a sharded expert shard is el/(tp·cp·dp) whatever ep and etp are. In flight on the first stage:
-min(pp, M) micro-batches under 1F1B, L·(1 + (pp-1)/(pp·v)) layers when interleaved (Korthikanti
-et al. 2022 §4.2.3). Activations per token per layer: costmodel/activations.py.
+Static state per parameter: the recipe of the request's framework profile (solver/profiles.py: 16 B
+BF16 and 9 B FP8 for the textbook, from "Why one GPU is not enough" (DeepSeek-V3 book, ch. 11),
+Megatron's 2 + 4 + 12, ...); ZeRO-1/2/3 shard optimizer / +grads / +weights over the data-parallel
+group (Rajbhandari et al. 2020). Dense and attention weights are split over tp; expert weights over
+the expert group ep·etp, and sharded over the expert-data-parallel group tp·cp·dp/(ep·etp)
+(Megatron-Core's MoE parallel folding), so a sharded expert shard is el/(tp·cp·dp) whatever ep and
+etp are. In flight on the first stage: min(pp, M) micro-batches under 1F1B, L·(1 + (pp-1)/(pp·v))
+layers when interleaved (Korthikanti et al. 2022 §4.2.3). Activations per token per layer:
+costmodel/activations.py.
 """
 
 from __future__ import annotations
