@@ -22,7 +22,7 @@ from meshplan.tools.calibration import SOURCES, load_all
 from meshplan.tools.cli import COMMANDS, build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
-INTERNAL = re.compile(r"\bseeds? \d|\bseed's|\bissue \d|DESIGN\.md", re.I)
+INTERNAL = re.compile(r"\bseeds? \d|\bseed[_-]?\d|\bseed's|\bissue \d|DESIGN\.md", re.I)
 S_OWNED = {"serve"}  # the server's settings flags: their help is the server's own
 
 
