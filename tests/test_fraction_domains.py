@@ -68,3 +68,29 @@ def test_float_matrix_kept_and_exact() -> None:
     mine = one.float_matrix((half,), dom)
     assert mine[1].tolist() == [0.5, 1.5] and one.float_matrix((half,), list(dom)) is mine
     assert two.float_matrix((half,), dom) is not mine  # another cost model's
+
+
+def test_float_matrix_of_other_domains_reads_each_factor_value_once() -> None:
+    """A cost model's own factors: each (factor, value) is computed once, whatever domains hold
+    it (spaces at other GPU counts), and every entry is numerator / denominator as floats, past
+    the table's first size too."""
+    fr, calls = Fractions(), []
+
+    def exact(k: int, v: tuple[int, int]) -> Fraction:
+        return Fraction(v[0] * (k + 1), v[1] + 2 * k)
+
+    def factor(k: int):  # noqa: ANN202
+        def fn(v: tuple[int, int]) -> Fraction:
+            calls.append((k, v))
+            return exact(k, v)
+
+        return fn
+
+    fns = tuple(factor(k) for k in range(12))  # more factors than the table's first rows
+    doms = [[(p, q) for p in range(1, 9) for q in range(1, 1 + w)] for w in (3, 5, 12)]
+    for dom in doms:
+        got = fr.float_matrix(fns, dom)
+        assert (got[0] == 1.0).all() and not got.flags.writeable
+        want = [[exact(k, v).numerator / exact(k, v).denominator for v in dom] for k in range(12)]
+        assert got[1:].tolist() == want
+    assert sorted(calls) == sorted({(k, v) for k in range(12) for d in doms for v in d})

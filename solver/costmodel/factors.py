@@ -108,6 +108,45 @@ _BATCH_VALUES: dict[int, np.ndarray] = {}  # domain number -> its values, (|doma
 _BATCH_MATRICES: dict[tuple[tuple[BatchFactor, ...], int], np.ndarray] = {}
 
 
+class _FloatTable:
+    """numerator / denominator (floats, as `Fractions.float_matrix` gives them) of factors at
+    axis values, one entry per (factor, value) for the life of a cost model's `Fractions`: the
+    spaces of one request at several GPU counts ask for other domains of the same pipeline and
+    expert-group values, which become one gather instead of a pass over every value and factor."""
+
+    def __init__(self) -> None:
+        self._rows: dict[Factor, int] = {}  # factor -> its row
+        self._cols: dict[object, int] = {}  # axis value -> its column
+        self._table = np.full((8, 64), np.nan)  # nan: not computed yet (a factor is finite)
+
+    def matrix(
+        self,
+        fns: Sequence[Factor],
+        domain: Sequence[object],
+        pair: Callable[[Factor, object], tuple[int, int]],
+    ) -> np.ndarray:
+        """(len(fns), len(domain)): each factor's float over the domain; `pair(fn, v)` gives an
+        entry not computed yet as its (numerator, denominator)."""
+        rows, cols = self._rows, self._cols
+        ri = [rows.setdefault(fn, len(rows)) for fn in fns]
+        ci = [cols.setdefault(v, len(cols)) for v in domain]
+        self._fit(len(rows), len(cols))
+        sub = self._table[np.ix_(ri, ci)]
+        todo = np.argwhere(np.isnan(sub))
+        if len(todo):
+            for i, j in todo.tolist():
+                num, den = pair(fns[i], domain[j])
+                sub[i, j] = self._table[ri[i], ci[j]] = float(num) / float(den)
+        return sub
+
+    def _fit(self, nr: int, nc: int) -> None:
+        r, c = self._table.shape
+        if nr > r or nc > c:
+            grown = np.full((max(nr, 2 * r), max(nc, 2 * c)), np.nan)
+            grown[:r, :c] = self._table
+            self._table = grown
+
+
 def _batch_values(k: int, values: Sequence[tuple[int, int, int]]) -> np.ndarray:
     """The micro-batch domain numbered k as an int64 array (kept: every BatchFactor of a space
     reads the same domain, converted once instead of once per factor)."""
@@ -132,6 +171,7 @@ class Fractions:
         self._arrays: OrderedDict[tuple[Factor, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._domains = DomainNumbers(ids=self.ARRAYS * 4, values=self.ARRAYS * 4)
         self._matrices: dict[tuple[tuple[Factor, ...], int], np.ndarray] = {}  # float_matrix
+        self._floats = _FloatTable()  # every factor's float at every axis value asked for
 
     def __call__(self, fn: Factor, v: object) -> Fraction:
         k = (fn, v)
@@ -183,9 +223,12 @@ class Fractions:
             if len(memo) >= self.ARRAYS:  # the last few (a few KB each)
                 memo.clear()
             got = np.ones((1 + len(fns), len(domain)))
-            for i, fn in enumerate(fns):
-                num, den = self.arrays(fn, domain)
-                got[1 + i] = num.astype(float) / den.astype(float)
+            if batch:
+                for i, fn in enumerate(fns):
+                    num, den = self.arrays(fn, domain)
+                    got[1 + i] = num.astype(float) / den.astype(float)
+            else:  # a gather: each (factor, value) is computed once for every domain
+                got[1:] = self._floats.matrix(fns, domain, self.pair)
             got.flags.writeable = False
             memo[k] = got
         return got
