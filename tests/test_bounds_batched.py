@@ -121,3 +121,12 @@ def test_margin_of_all_sums_at_once_is_the_margin_of_each() -> None:
         bounds._margin_own(each[k], lk)
     v = bounds._margin(v, low)
     assert np.array_equal(v, each) and (np.signbit(v) == np.signbit(each)).all()
+
+
+def test_one_group_outer_product_is_the_matrix_product() -> None:
+    """bounds._Batch.value multiplies one-group operands elementwise instead of by np.matmul:
+    the same numbers, entry by entry (one product each, no sum)."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(5, 12, 1)) * rng.integers(0, 2, size=(5, 12, 1))  # zeros, both signs
+    y = rng.normal(size=(5, 1, 9)) * 1e12
+    assert np.array_equal(x * y, np.matmul(x, y))
