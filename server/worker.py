@@ -47,6 +47,7 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
         _warm_up()
     gc.collect()
     gc.freeze()  # the start-up heap stays out of full collections (server/memory.py)
+    gc.disable()  # and a worker collects only when it settles its heap (server/memory.py)
     trim = _trimmer()
     trimmed = time.monotonic()
     conn.send(("ready", os.getpid()))

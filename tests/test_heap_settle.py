@@ -5,6 +5,7 @@ frozen heap has doubled."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import threading
 
 from meshplan.server import dispatch
 from meshplan.server.dispatch import ThreadRunner
+from meshplan.server.pool import ProcessRunner
 
 _PROBE = """
 import gc, json, time, weakref
@@ -91,3 +93,25 @@ def test_the_thread_runner_settles_the_heap_after_every_call(monkeypatch) -> Non
 
     assert asyncio.run(run()) == (42, "bad")
     assert calls == [1, 1]
+
+
+def collector_state(*, stop: threading.Event) -> tuple[bool, int]:
+    """In a solver process: whether automatic collection is on, and how many frozen objects."""
+    return gc.isenabled(), gc.get_freeze_count()
+
+
+def test_a_solver_process_collects_only_when_it_settles() -> None:
+    """A worker's start-up heap is frozen and its automatic collections are off: settle_heap's
+    full pass, when the frozen heap has doubled, is the only one (cycles wait for it)."""
+    pool = ProcessRunner(1, warm=False)
+    try:
+        assert pool.wait_ready(120) == 1
+
+        async def go() -> tuple[bool, int]:
+            return await pool.start(collector_state, stop=threading.Event())
+
+        enabled, frozen = asyncio.run(go())
+        assert not enabled and frozen > 10_000
+    finally:
+        pool.close()
+        pool.join()
