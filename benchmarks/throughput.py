@@ -13,7 +13,9 @@ pinned small ones with --quick) go
 Plans per second = requests / wall time from the first submission to the last answer; worker
 start-up and imports are paid before the clock starts. Every answer is counted by status. "main
 CPU" is this process's CPU time per plan during the batch (the server's event loop, gRPC and
-the client; not the solver processes): what competes with the solves for the cores.
+the client; not the solver processes): what competes with the solves for the cores; "worker
+CPU" is the solver processes' CPU time per plan (from /proc). From both, the speedup that the
+CPU a plan takes with 2 processes allows on 2 cores is printed beside the measured one.
 Targets: 1,000 plans in <= 5 s through PlanBatch, and >= 1.8x the plans/s from 1 to 2 processes.
 
     python -m benchmarks throughput [--quick] [-n N] [--processes 1,2] [--pool process,thread]
@@ -22,6 +24,7 @@ Targets: 1,000 plans in <= 5 s through PlanBatch, and >= 1.8x the plans/s from 1
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import sys
 import time
 from collections import Counter
@@ -68,10 +71,18 @@ class PathResult:
     # CPU time of this process (the server's loop, couriers and gRPC, and the client) while
     # the batch ran; the solver processes are not in it
     main_cpu_s: float = 0.0
+    # CPU time of the solver processes while the batch ran (None where /proc is not readable)
+    worker_cpu_s: float | None = None
 
     @property
     def main_cpu_ms_per_plan(self) -> float:
         return self.main_cpu_s / max(self.answered, 1) * 1000
+
+    @property
+    def worker_cpu_ms_per_plan(self) -> float | None:
+        if self.worker_cpu_s is None:
+            return None
+        return self.worker_cpu_s / max(self.answered, 1) * 1000
 
     @property
     def plans_per_s(self) -> float:
@@ -131,6 +142,27 @@ def _warm_worker(barrier: Any) -> None:
     barrier.wait()
 
 
+def children_cpu_s() -> float | None:
+    """CPU time (user + system) so far of this process's running child processes (the solver
+    processes), from /proc; None where it cannot be read."""
+    me, tick = os.getpid(), os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    try:
+        pids = [d for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # ended meanwhile, or not ours to read
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+        if int(fields[1]) == me:  # ppid; utime and stime are fields 14 and 15 of proc(5)
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 @contextmanager
 def pool_server(processes: int, max_time_limit_s: float = 3600.0) -> Iterator[str]:
     """A started loopback server with `processes` warmed solver processes, all of them open to
@@ -173,7 +205,7 @@ def run_batch(
         timeout = len(reqs) * (time_limit_s + 5) / processes + 60
         statuses: Counter[str] = Counter()
         walls: list[float] = []
-        t0, cpu0 = time.perf_counter(), time.process_time()
+        t0, cpu0, kids0 = time.perf_counter(), time.process_time(), children_cpu_s()
         n = 0
         path = f"PlanBatch (gRPC) x{processes}"
         for item in client.plan_batch(reqs, timeout=timeout):
@@ -186,8 +218,9 @@ def run_batch(
                     walls.append(wall)
             else:
                 statuses[item.error.code.name if item.error else "ERROR"] += 1
-        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    return PathResult(path, len(reqs), n, seconds, dict(statuses), walls, processes, cpu)
+        seconds, cpu, kids = time.perf_counter() - t0, time.process_time() - cpu0, children_cpu_s()
+    workers = kids - kids0 if kids is not None and kids0 is not None else None
+    return PathResult(path, len(reqs), n, seconds, dict(statuses), walls, processes, cpu, workers)
 
 
 def _collect(
@@ -257,9 +290,21 @@ def speedup(rep: Report) -> float | None:
     return by[2] / by[1] if 1 in by and 2 in by else None
 
 
+def speedup_ceiling(rep: Report) -> float | None:
+    """The speedup from 1 to 2 processes that the CPU cost of a plan with 2 allows: the cores
+    (at most 2) over the worker and main CPU a plan, against the rate with 1 process."""
+    by = {r.processes: r for r in rep.results if r.processes}
+    one, two = by.get(1), by.get(2)
+    if one is None or two is None or two.worker_cpu_s is None:
+        return None
+    per_plan = (two.worker_cpu_s + two.main_cpu_s) / max(two.answered, 1)
+    cores = min(2, os.cpu_count() or 1)
+    return cores / per_plan / one.plans_per_s if per_plan > 0 else None
+
+
 def render(rep: Report) -> str:
     head = ["path", "plans", "answered", "wall", "plans/s", "per 1,000", "plan p50", "main CPU"]
-    head.append("statuses")
+    head += ["worker CPU", "statuses"]
     rows = []
     for r in rep.results:
         s = Summary.of(r.plan_wall_s) if r.plan_wall_s else None
@@ -273,6 +318,7 @@ def render(rep: Report) -> str:
                 fmt_s(r.seconds_per_1000),
                 fmt_s(s.p50) if s else "-",
                 f"{r.main_cpu_ms_per_plan:.2f} ms" if r.processes else "-",
+                f"{w:.2f} ms" if (w := r.worker_cpu_ms_per_plan) is not None else "-",
                 ", ".join(f"{k} {v}" for k, v in sorted(r.statuses.items())),
             ]
         )
@@ -280,7 +326,7 @@ def render(rep: Report) -> str:
     if any(r.processes for r in rep.results):
         out.append(
             "main CPU: CPU time of the benchmark's own process per plan (server and client; "
-            "the solver processes excluded)"
+            "the solver processes excluded); worker CPU: the solver processes' CPU time per plan"
         )
     for r in rep.results:
         v = verdict(r.seconds_per_1000, TARGET_SECONDS)
@@ -289,6 +335,12 @@ def render(rep: Report) -> str:
     if up is not None:
         v = "met" if up >= TARGET_SPEEDUP else "MISSED"
         out.append(f"PlanBatch plans/s, 2 processes over 1: {up:.2f}x: {v} (>= {TARGET_SPEEDUP}x)")
+        ceiling = speedup_ceiling(rep)
+        if ceiling is not None:
+            out.append(
+                f"  on {os.cpu_count()} cores, the CPU a plan took with 2 processes (worker + main) "
+                f"allows at most {ceiling:.2f}x the rate with 1"
+            )
     if rep.source_warning:
         out.append(rep.source_warning)
     out.append(summary_line(rep))

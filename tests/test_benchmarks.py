@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -85,8 +86,23 @@ def test_throughput_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         assert r["requests"] == r["answered"] == throughput.QUICK_N
         assert sum(r["statuses"].values()) == throughput.QUICK_N
         assert r["seconds"] > 0 and all(t > 0 for t in r["plan_wall_s"])
+        # the solver processes' CPU is measured (Linux /proc) and covers the batch's plans
+        assert r["worker_cpu_s"] is None or r["worker_cpu_s"] > 0
     # the same requests give the same answers on 1 and on 2 processes
     assert rep["results"][0]["statuses"] == rep["results"][1]["statuses"]
+
+
+def test_speedup_ceiling_is_the_cores_over_the_cpu_a_plan() -> None:
+    """1 process: 100 plans/s; 2: 10 ms of worker and 2 ms of main CPU a plan on 2 cores, so
+    at most 2 / 12 ms = 166.7 plans/s, 1.67x (and None without the workers' CPU)."""
+    one = throughput.PathResult("x1", 100, 100, 1.0, {}, processes=1, main_cpu_s=0.1)
+    two = throughput.PathResult("x2", 100, 100, 0.7, {}, processes=2, main_cpu_s=0.2)
+    two.worker_cpu_s = 1.0
+    rep = throughput.Report([one, two], [1, 2], 0, 10.0, True)
+    cores = min(2, os.cpu_count() or 1)
+    assert throughput.speedup_ceiling(rep) == pytest.approx(cores / 0.012 / 100)
+    two.worker_cpu_s = None
+    assert throughput.speedup_ceiling(rep) is None
 
 
 def test_scaling_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
