@@ -4,13 +4,14 @@ Three files, vendored with their sources: `tools/data/calibration/published_runs
 (Narayanan et al. 2021, Korthikanti et al. 2022, torchtitan, MosaicML llm-foundry),
 `tools/data/calibration/megatron_h100_runs.json` (Megatron-Core r0.8.0 scaling, NeMo 24.07,
 NVIDIA DGX Cloud recipes v25.02.01, the Megatron MoE model zoo) and the KempnerForge scaling
-guide's measurements (`tools/data/kempnerforge_runs.json`). Each run becomes a `CalibrationRun`: the model,
-the cluster, the training step (framework profile and the overlaps the run used), the
-published layout, and the published speed as tokens/s per GPU (every source's FLOP convention
-undone: `CONVERSIONS`). Fields a source does not publish take the per-source default stated
-in `DEFAULTS`; each run lists the defaults it used (`assumptions`). This module loads the first
-and the last; tools/calibration_megatron.py the second; tools/calibration_runs.py holds the run
-model and what the loaders share; tools/calibration_sources.py the conventions in words.
+guide's measurements (`tools/data/kempnerforge_runs.json`). Each run becomes a
+`CalibrationRun`: the model, the cluster, the training step (framework profile and the overlaps
+the run used), the published layout, and the published speed as tokens/s per GPU (every
+source's FLOP convention undone: `CONVERSIONS`). Fields a source does not publish take the
+per-source default stated in `DEFAULTS`; each run lists the defaults it used (`assumptions`).
+This module loads the first and the last; tools/calibration_megatron.py the second;
+tools/calibration_runs.py holds the run model and what the loaders share;
+tools/calibration_sources.py the conventions in words.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from meshplan.solver.costmodel.point import LayoutOrRows, maximum, per_rows, pic
 from meshplan.solver.schema import Recompute
 
 # activation elements per token per layer, in units of h: "Why one GPU is not enough" (ch. 11)
-FLAT_ELEMENTS = 12
+FLAT_ELEMENTS = 12  # activation elements per token per layer, in h ("Why one GPU is not enough")
 TEXTBOOK = ("flat_12h", "korthikanti")
 
 
