@@ -18,9 +18,11 @@ after each solve, freezes what the solve left as well, so the collector walks on
 solve makes; evicted cache entries are still freed, by reference counting. Cyclic garbage among
 frozen objects would be kept, so once the frozen heap has doubled since the last full pass,
 `settle_heap` unfreezes, collects and freezes again (none was found over 500 sweep plans).
-A solver process (server/worker.py) runs no other collection: its automatic young collections
-found no cyclic garbage over the 1,000 sweep plans (601 passes, 0 objects) and cost ~1% of its
-instructions a plan; cycles a call leaves wait, frozen, for that full pass.
+A solver process (server/worker.py) runs a young collection only past 50,000 new objects, not
+Python's 700: each settle's freeze resets the count, so a call as the sweep makes them runs
+none. Its young passes at 700 found no cyclic garbage over the 1,000 sweep plans (601 passes,
+0 objects) and cost ~1% of its instructions a plan; cycles a call leaves wait, frozen, for the
+full pass, unless the call itself made 50,000 objects.
 
 A process that solves also keeps the heap it freed for the next solve (`keep_freed_heap`): by
 default glibc hands large freed blocks back to the system at once (munmap, and trimming the top

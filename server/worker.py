@@ -18,6 +18,7 @@ from typing import Any
 log = logging.getLogger("meshplan.server")
 
 _TRIM_EVERY_S = 5.0  # a worker returns freed heap to the system at most this often
+YOUNG_PASS_OBJECTS = 50_000  # a worker's threshold for a young collection (Python's: 700)
 
 
 def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
@@ -47,7 +48,9 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
         _warm_up()
     gc.collect()
     gc.freeze()  # the start-up heap stays out of full collections (server/memory.py)
-    gc.disable()  # and a worker collects only when it settles its heap (server/memory.py)
+    # young passes only past this many new objects: between two calls, settle_heap's freeze
+    # resets the count, so a call as the sweep makes them runs none (server/memory.py)
+    gc.set_threshold(YOUNG_PASS_OBJECTS, *gc.get_threshold()[1:])
     trim = _trimmer()
     trimmed = time.monotonic()
     conn.send(("ready", os.getpid()))

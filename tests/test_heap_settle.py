@@ -14,6 +14,7 @@ import threading
 from meshplan.server import dispatch
 from meshplan.server.dispatch import ThreadRunner
 from meshplan.server.pool import ProcessRunner
+from meshplan.server.worker import YOUNG_PASS_OBJECTS
 
 _PROBE = """
 import gc, json, time, weakref
@@ -95,23 +96,25 @@ def test_the_thread_runner_settles_the_heap_after_every_call(monkeypatch) -> Non
     assert calls == [1, 1]
 
 
-def collector_state(*, stop: threading.Event) -> tuple[bool, int]:
-    """In a solver process: whether automatic collection is on, and how many frozen objects."""
-    return gc.isenabled(), gc.get_freeze_count()
+def collector_state(*, stop: threading.Event) -> tuple[bool, int, int]:
+    """In a solver process: whether automatic collection is on, its young threshold, and how
+    many frozen objects."""
+    return gc.isenabled(), gc.get_threshold()[0], gc.get_freeze_count()
 
 
-def test_a_solver_process_collects_only_when_it_settles() -> None:
-    """A worker's start-up heap is frozen and its automatic collections are off: settle_heap's
-    full pass, when the frozen heap has doubled, is the only one (cycles wait for it)."""
+def test_a_solver_process_collects_young_objects_only_past_its_threshold() -> None:
+    """A worker's start-up heap is frozen and its young passes wait for 50,000 new objects
+    (Python's default: 700): a call that makes fewer runs none, as each settle's freeze resets
+    the count; settle_heap's full pass, when the frozen heap has doubled, still runs."""
     pool = ProcessRunner(1, warm=False)
     try:
         assert pool.wait_ready(120) == 1
 
-        async def go() -> tuple[bool, int]:
+        async def go() -> tuple[bool, int, int]:
             return await pool.start(collector_state, stop=threading.Event())
 
-        enabled, frozen = asyncio.run(go())
-        assert not enabled and frozen > 10_000
+        enabled, young, frozen = asyncio.run(go())
+        assert enabled and young == YOUNG_PASS_OBJECTS > 700 and frozen > 10_000
     finally:
         pool.close()
         pool.join()
