@@ -290,16 +290,17 @@ def speedup(rep: Report) -> float | None:
     return by[2] / by[1] if 1 in by and 2 in by else None
 
 
-def speedup_ceiling(rep: Report) -> float | None:
-    """The speedup from 1 to 2 processes that the CPU cost of a plan with 2 allows: the cores
-    (at most 2) over the worker and main CPU a plan, against the rate with 1 process."""
+def speedup_ceiling(rep: Report, cores: int) -> float | None:
+    """The speedup from 1 to 2 processes that the CPU cost of a plan with 2 allows on `cores`
+    cores: 2 workers at their CPU a plan, and every core over the worker and main CPU a plan,
+    against the rate with 1 process."""
     by = {r.processes: r for r in rep.results if r.processes}
     one, two = by.get(1), by.get(2)
-    if one is None or two is None or two.worker_cpu_s is None:
+    if one is None or two is None or two.worker_cpu_s is None or two.worker_cpu_s <= 0:
         return None
-    per_plan = (two.worker_cpu_s + two.main_cpu_s) / max(two.answered, 1)
-    cores = min(2, os.cpu_count() or 1)
-    return cores / per_plan / one.plans_per_s if per_plan > 0 else None
+    n = max(two.answered, 1)
+    worker, main = two.worker_cpu_s / n, two.main_cpu_s / n
+    return min(2 / worker, cores / (worker + main)) / one.plans_per_s
 
 
 def render(rep: Report) -> str:
@@ -335,10 +336,11 @@ def render(rep: Report) -> str:
     if up is not None:
         v = "met" if up >= TARGET_SPEEDUP else "MISSED"
         out.append(f"PlanBatch plans/s, 2 processes over 1: {up:.2f}x: {v} (>= {TARGET_SPEEDUP}x)")
-        ceiling = speedup_ceiling(rep)
+        cores = os.cpu_count() or 1
+        ceiling = speedup_ceiling(rep, cores)
         if ceiling is not None:
             out.append(
-                f"  on {os.cpu_count()} cores, the CPU a plan took with 2 processes (worker + main) "
+                f"  on {cores} cores, the CPU a plan took with 2 processes (worker + main) "
                 f"allows at most {ceiling:.2f}x the rate with 1"
             )
     if rep.source_warning:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -93,16 +92,17 @@ def test_throughput_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_speedup_ceiling_is_the_cores_over_the_cpu_a_plan() -> None:
-    """1 process: 100 plans/s; 2: 10 ms of worker and 2 ms of main CPU a plan on 2 cores, so
-    at most 2 / 12 ms = 166.7 plans/s, 1.67x (and None without the workers' CPU)."""
+    """1 process: 100 plans/s; 2: 10 ms of worker and 2 ms of main CPU a plan. On 2 cores at
+    most 2 / 12 ms = 166.7 plans/s, 1.67x; on 4, the 2 workers alone: 2 / 10 ms, 2x (and None
+    without the workers' CPU)."""
     one = throughput.PathResult("x1", 100, 100, 1.0, {}, processes=1, main_cpu_s=0.1)
     two = throughput.PathResult("x2", 100, 100, 0.7, {}, processes=2, main_cpu_s=0.2)
     two.worker_cpu_s = 1.0
     rep = throughput.Report([one, two], [1, 2], 0, 10.0, True)
-    cores = min(2, os.cpu_count() or 1)
-    assert throughput.speedup_ceiling(rep) == pytest.approx(cores / 0.012 / 100)
+    assert throughput.speedup_ceiling(rep, 2) == pytest.approx(2 / 0.012 / 100)
+    assert throughput.speedup_ceiling(rep, 4) == pytest.approx(2 / 0.010 / 100)
     two.worker_cpu_s = None
-    assert throughput.speedup_ceiling(rep) is None
+    assert throughput.speedup_ceiling(rep, 2) is None
 
 
 def test_scaling_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
