@@ -3,10 +3,10 @@
     python -m benchmarks fidelity [--quick] [--jobs N] [--no-free] [--json PATH]
 
 Every run of tools/data/calibration (published_runs.json, megatron_h100_runs.json) and of the
-KempnerForge scaling guide (tools/data/kempnerforge_runs.json) is scored as Evaluate would score it
-at its published layout (tools/calibration.py builds the requests and undoes each source's FLOP
+KempnerForge scaling guide (tools/calibration/published/kempnerforge_runs.json) is scored as Evaluate would score it
+at its published layout (tools/calibration/score.py builds the requests and undoes each source's FLOP
 convention). The headline is the leave-one-source-out error of tokens/s per GPU
-(tools/calibration_fit.py: fit on every source but one, score the one left out) by category,
+(tools/calibration/fit.py: fit on every source but one, score the one left out) by category,
 BF16-dense / FP8-dense / MoE: median and p90 of |predicted/published − 1| and the median signed
 error, against the targets 10%, 20% and ±5%. Then the in-sample error of the shipped constants
 (fitted.json, fitted on all runs), the constants with their bounds, the memory report (torchtitan's
@@ -33,7 +33,8 @@ from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.costmodel.constants import load_constants
 from meshplan.solver.costmodel.context import recipe_for
 from meshplan.solver.hardware import GIB, resolve_cluster
-from meshplan.tools.calibration import (
+from meshplan.tools.calibration.fit import leave_one_source_out
+from meshplan.tools.calibration.score import (
     CATEGORIES,
     CONVERSIONS,
     DEFAULTS,
@@ -46,7 +47,6 @@ from meshplan.tools.calibration import (
     summarize_by_category,
     summarize_by_source,
 )
-from meshplan.tools.calibration_fit import leave_one_source_out
 
 MEDIAN_TARGET, P90_TARGET, BIAS_TARGET = 0.10, 0.20, 0.05
 MEMORY_UNDER_TARGET, MEMORY_MEDIAN_TARGET = 0.03, 0.08
@@ -124,7 +124,7 @@ def tuned_table(
     if not rows:
         return ""
     head = "\nunstated knobs, set to the fastest setting the framework runs that fits "
-    head += "(tools/calibration_knobs.py):\n"
+    head += "(tools/calibration/knobs.py):\n"
     return head + table(["run", "unstated", "in-sample setting", "left-out setting"], rows)
 
 
@@ -236,7 +236,7 @@ def main(argv: list[str]) -> int:
         "--no-tune",
         action="store_true",
         help="score every run at the sources' stated defaults, not at the best setting of the "
-        "knobs a source does not state (tools/calibration_knobs.py)",
+        "knobs a source does not state (tools/calibration/knobs.py)",
     )
     a = ap.parse_args(argv)
     t0 = time.perf_counter()

@@ -16,7 +16,7 @@ from meshplan.solver import evaluate, plan
 from meshplan.solver.hardware import GIB
 from meshplan.solver.results import Performance
 from meshplan.solver.schema import Options, ParallelConfig, PlanRequest
-from meshplan.tools.calibration_data import CalibrationRun
+from meshplan.tools.calibration.loaders import CalibrationRun
 
 THRESHOLD = 0.10
 TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble")

@@ -21,7 +21,7 @@ COMMANDS: tuple[tuple[str, ...], ...] = (("--help",), ("--version",), ("catalog"
 HEAVY = ("ortools", "numpy", "pandas", "matplotlib", "grpc", "pydantic")
 _PROBE = (  # runs the CLI in-process, then names the heavy top-level modules it loaded
     "import sys, contextlib, io\n"
-    "from meshplan.tools.cli import main\n"
+    "from meshplan.tools.cli.main import main\n"
     "with contextlib.redirect_stdout(io.StringIO()):\n"
     "    main(sys.argv[1:])\n"
     f"heavy = {HEAVY!r}\n"

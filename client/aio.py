@@ -22,7 +22,7 @@ from meshplan.client.sync import (
     plan_message,
     request_message,
 )
-from meshplan.server.convert import from_proto
+from meshplan.convert import from_proto
 from meshplan.solver.results import Evaluation, PlanResult
 from meshplan.solver.schema import EvaluateRequest, PlanRequest
 from meshplan.v1 import planner_pb2, planner_pb2_grpc

@@ -10,7 +10,7 @@ import grpc
 from google.protobuf import json_format
 
 from meshplan.client.exceptions import FieldViolation, InvalidRequestError
-from meshplan.server.convert import from_proto, to_proto
+from meshplan.convert import from_proto, to_proto
 from meshplan.solver.scheduler import (
     AdmitRequest,
     AdmitResult,

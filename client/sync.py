@@ -25,7 +25,7 @@ from meshplan.client.exceptions import (
 )
 from meshplan.client.scheduler import SchedulerClient
 from meshplan.client.security import Security
-from meshplan.server.convert import from_proto, to_proto
+from meshplan.convert import from_proto, to_proto
 from meshplan.solver.catalog import GpuSpec, ModelPreset
 from meshplan.solver.results import Evaluation, PlanResult
 from meshplan.solver.schema import EvaluateRequest, PlanRequest

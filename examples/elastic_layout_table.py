@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from meshplan.solver.scheduler import CellStatus, ReplanRequest, ReplanResult
-from meshplan.tools.remote import add_connection_flags, connect
+from meshplan.tools.cli.remote import add_connection_flags, connect
 
 KEYS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches",
         "zero_stage", "recompute", "sequence_parallel")  # fmt: skip

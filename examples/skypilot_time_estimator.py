@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from meshplan.client import PlannerClient
 from meshplan.solver.scheduler import CellStatus, CurveRequest, CurveResult
-from meshplan.tools.remote import add_connection_flags, connect
+from meshplan.tools.cli.remote import add_connection_flags, connect
 
 # SkyPilot accelerator names -> meshplan catalog GPUs.
 ACCELERATORS = {

@@ -6,7 +6,7 @@ import contextlib
 import os
 import sys
 
-INTERRUPTED = 130  # tools/cli.py EXIT_INTERRUPTED (128 + SIGINT)
+INTERRUPTED = 130  # tools/cli/main.py EXIT_INTERRUPTED (128 + SIGINT)
 
 
 def run() -> None:
@@ -14,7 +14,7 @@ def run() -> None:
     first imports too, and without the interpreter's finalisation, which an extension's import
     cut short by Ctrl-C can turn into death by SIGINT."""
     try:
-        from meshplan.tools.cli import main
+        from meshplan.tools.cli.main import main
 
         status = main()
     except KeyboardInterrupt:

@@ -2,11 +2,11 @@
 
     .venv/bin/python scripts/fit_constants.py [--out PATH] [--max-iter N] [--dry-run]
 
-Reads tools/data/calibration/published_runs.json and megatron_h100_runs.json and the KempnerForge
-scaling guide's measurements (tools/data/kempnerforge_runs.json), scores every run at its published
-layout with the cost model (tools/calibration.py; the knobs a source does not state at their fastest
-setting the framework runs, tools/calibration_knobs.py), and fits the constants of
-solver/costmodel/constants.py that speed depends on (tools/calibration_fit.py: a maximum a
+Reads tools/calibration/published/published_runs.json and megatron_h100_runs.json and the KempnerForge
+scaling guide's measurements (tools/calibration/published/kempnerforge_runs.json), scores every run at its published
+layout with the cost model (tools/calibration/score.py; the knobs a source does not state at their fastest
+setting the framework runs, tools/calibration/knobs.py), and fits the constants of
+solver/costmodel/constants.py that speed depends on (tools/calibration/fit.py: a maximum a
 posteriori Levenberg-Marquardt fit of the pseudo-Huber log error of tokens/s, each source weighted
 equally, each constant pulled weakly towards its physical prior). Prints the in-sample error per
 source and per category before (priors) and after, the constants with their priors and bounds
@@ -30,7 +30,8 @@ if str(ROOT) not in sys.path:  # run as a plain script from a checkout
     sys.path.insert(0, str(ROOT))
 
 from meshplan.solver.costmodel.constants import Constants  # noqa: E402
-from meshplan.tools.calibration import (  # noqa: E402
+from meshplan.tools.calibration.fit import PARAMS, fit, prepare  # noqa: E402
+from meshplan.tools.calibration.score import (  # noqa: E402
     DEFAULT_MEGATRON,
     DEFAULT_PUBLISHED,
     ErrorSummary,
@@ -39,10 +40,9 @@ from meshplan.tools.calibration import (  # noqa: E402
     summarize_by_category,
     summarize_by_source,
 )
-from meshplan.tools.calibration_fit import PARAMS, fit, prepare  # noqa: E402
 
 DEFAULT_OUT = ROOT / "solver" / "costmodel" / "fitted.json"
-KEMPNERFORGE = ROOT / "tools" / "data" / "kempnerforge_runs.json"
+KEMPNERFORGE = ROOT / "tools" / "calibration" / "published" / "kempnerforge_runs.json"
 
 
 def _fmt(v: float | None, signed: bool = False) -> str:
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-tune",
         action="store_true",
         help="score runs at the sources' stated defaults, not at the best setting of the knobs "
-        "a source does not state (tools/calibration_knobs.py)",
+        "a source does not state (tools/calibration/knobs.py)",
     )
     a = ap.parse_args(argv)
     for path in (a.published, a.megatron):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from meshplan.server.convert import to_proto
+from meshplan.convert import to_proto
 from meshplan.solver.catalog import get_gpu, get_model, gpu_names, model_names
 from meshplan.v1 import catalog_pb2, planner_pb2
 

@@ -17,7 +17,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 from pydantic import BaseModel, ValidationError
 
-from meshplan.server.convert import FieldValueError, from_proto
+from meshplan.convert import FieldValueError, from_proto
 from meshplan.server.limits import RpcFailure
 from meshplan.server.validate import Violation, echo, from_validation_error, shorten
 

@@ -27,7 +27,7 @@ import grpc
 from google.protobuf.message import Message
 from pydantic import BaseModel
 
-from meshplan.server.convert import to_proto
+from meshplan.convert import to_proto
 from meshplan.server.limits import CallState, RpcFailure
 from meshplan.server.requests import check_message, parse
 from meshplan.server.runtime import Runtime

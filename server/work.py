@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from meshplan.server.convert import to_proto
+from meshplan.convert import to_proto
 from meshplan.server.limits import RpcFailure
 from meshplan.server.requests import check_strings, parse
 from meshplan.server.validate import Violation, echo, from_solver_error

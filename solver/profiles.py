@@ -4,7 +4,7 @@ number names the code it was read from (`SOURCES`, at the commit given there).
 
 The search treats a profile's rules as constraints (`space.violations` is the specification, the
 generators produce exactly the points that obey it), so a plan is always one the framework can
-express; `tools/export.py` then writes it in the framework's own format.
+express; `tools/export/emit.py` then writes it in the framework's own format.
 """
 
 from __future__ import annotations

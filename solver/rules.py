@@ -102,7 +102,7 @@ def violations(
 
 
 def launcher_violations(p: Point, A: Arch, training: TrainingSpec, prof: Profile) -> list[str]:
-    """What a framework cannot express in a layout, the cluster aside (tools/export.py)."""
+    """What a framework cannot express in a layout, the cluster aside (tools/export/emit.py)."""
     lay, out = p.lay, []
     if not tp_divides_model(A, lay.tp):
         out.append(f"tp ({lay.tp}) must divide the heads, KV heads and FFN width")

@@ -1,5 +1,5 @@
 """Calibration: the published runs load and convert, the fit script runs and its output loads,
-and the fidelity benchmark reports sane numbers (tools/calibration.py, scripts/fit_constants.py,
+and the fidelity benchmark reports sane numbers (tools/calibration/score.py, scripts/fit_constants.py,
 benchmarks/fidelity.py)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from benchmarks import fidelity
 from meshplan.solver import evaluate
 from meshplan.solver.costmodel.constants import Constants, constants_from, load_constants
-from meshplan.tools.calibration import (
+from meshplan.tools.calibration.score import (
     DEFAULT_PUBLISHED,
     evaluate_run,
     evaluate_runs,

@@ -1,5 +1,5 @@
 """The vendored calibration runs load with their sources, profiles, categories and conversions
-(tools/calibration_data.py), checked by hand on a few records."""
+(tools/calibration/loaders.py), checked by hand on a few records."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from meshplan.solver.arch import resolve_model
 from meshplan.solver.schema import Framework, Precision, Recompute
-from meshplan.tools.calibration import (
+from meshplan.tools.calibration.score import (
     DEFAULTS,
     SOURCES,
     evaluate_run,

@@ -1,4 +1,4 @@
-"""The fit and the leave-one-source-out harness (tools/calibration_fit.py), on small synthetic
+"""The fit and the leave-one-source-out harness (tools/calibration/fit.py), on small synthetic
 sets: the fit recovers constants that generated the data, and a source left out is scored by
 constants fitted without it."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from meshplan.solver.costmodel.constants import Constants
-from meshplan.tools.calibration import evaluate_runs, load_all, with_constants
-from meshplan.tools.calibration_fit import Param, fit, leave_one_source_out, log_errors, prepare
+from meshplan.tools.calibration.fit import Param, fit, leave_one_source_out, log_errors, prepare
+from meshplan.tools.calibration.score import evaluate_runs, load_all, with_constants
 
 
 @pytest.fixture(scope="module")

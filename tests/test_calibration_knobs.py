@@ -1,4 +1,4 @@
-"""The knobs a source does not state (tools/calibration_knobs.py): a run is scored at the fastest
+"""The knobs a source does not state (tools/calibration/knobs.py): a run is scored at the fastest
 setting of those knobs its framework runs and that fits, every published knob kept."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 
 from meshplan.solver import evaluate
 from meshplan.solver.arch import resolve_model
-from meshplan.tools.calibration import evaluate_run, load_all
-from meshplan.tools.calibration_knobs import candidates
+from meshplan.tools.calibration.knobs import candidates
+from meshplan.tools.calibration.score import evaluate_run, load_all
 
 RUNS = {r.id: r for r in load_all()}
 

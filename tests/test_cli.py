@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from meshplan.tools.cli import main
+from meshplan.tools.cli.main import main
 
 
 def test_plan_table_and_json(capsys) -> None:  # noqa: ANN001

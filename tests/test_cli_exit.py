@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_grpc_support import LOOPBACK, running_server
 
-from meshplan.tools.cli import EXIT_CODES, main
+from meshplan.tools.cli.main import EXIT_CODES, main
 
 SMALL = ["--model", "llama3-8b", "--gpus", "8", "--seq-len", "4096"]
 LAYOUT = ["--tp", "1", "--pp", "1", "--dp", "8", "--micro-batch-size", "1"]

@@ -12,9 +12,9 @@ from pydantic import ValidationError
 
 from meshplan.solver import EvaluateRequest, PlanRequest, evaluate
 from meshplan.solver.schema import Framework, Precision, Recompute
-from meshplan.tools.cli import main
-from meshplan.tools.flags import tokens
-from meshplan.tools.messages import one_line, shorten
+from meshplan.tools.cli.flags import tokens
+from meshplan.tools.cli.main import main
+from meshplan.tools.cli.messages import one_line, shorten
 
 SMALL = ["--model", "llama3-8b", "--gpus", "8", "--seq-len", "4096"]
 LAYOUT = ["--tp", "1", "--pp", "1", "--dp", "8", "--micro-batch-size", "1", "--zero-stage", "3"]

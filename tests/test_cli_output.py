@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from meshplan.tools.cli import main
+from meshplan.tools.cli.main import main
 
 PLAN = ["plan", "--model", "llama3-8b", "--gpus", "8", "--seq-len", "4096"]
 

@@ -17,9 +17,9 @@ from meshplan.solver.costmodel.activations import TEXTBOOK
 from meshplan.solver.profiles import PROFILES
 from meshplan.solver.results import Wall
 from meshplan.solver.walls import BUBBLE_WARN, COMM_WALL
-from meshplan.tools import glossary
-from meshplan.tools.calibration import SOURCES, load_all
-from meshplan.tools.cli import COMMANDS, build_parser, main
+from meshplan.tools.calibration.score import SOURCES, load_all
+from meshplan.tools.cli import glossary
+from meshplan.tools.cli.main import COMMANDS, build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERNAL = re.compile(r"\bseeds? \d|\bseed[_-]?\d|\bseed's|\bissue \d|DESIGN\.md", re.I)

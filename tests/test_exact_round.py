@@ -80,7 +80,7 @@ def test_a_point_below_the_hint_leaves_the_proof_to_cpsat() -> None:
 def test_the_cli_says_how_a_plan_was_proven() -> None:
     """A plan proven without a CP-SAT model says so, not "0 vars"; one with a model gives its
     size."""
-    from meshplan.tools.render import render_plan
+    from meshplan.tools.render.tables import render_plan
 
     req = PlanRequest.model_validate({"model": {"preset": "llama3-8b"}, "cluster": {"num_gpus": 8}})
     res = plan(req)

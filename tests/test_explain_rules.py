@@ -9,7 +9,7 @@ import pytest
 from meshplan.solver import evaluate, plan
 from meshplan.solver.results import PlanStatus
 from meshplan.solver.schema import EvaluateRequest, PlanRequest
-from meshplan.tools.render import render_evaluation
+from meshplan.tools.render.tables import render_evaluation
 
 
 def _explain(model: str, framework: str, **pins: object) -> tuple[str, int]:

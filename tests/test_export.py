@@ -1,4 +1,4 @@
-"""meshplan.tools.export: for random plans of every framework profile, the snippet parses with
+"""meshplan.tools.export.emit: for random plans of every framework profile, the snippet parses with
 the framework's own format, uses only names the framework defines (the lists in
 tests/data/export, each citing its commit) and carries every knob of the plan and the model's
 shape; what a framework cannot express is refused."""
@@ -29,8 +29,8 @@ from meshplan.solver.schema import (
     TrainingSpec,
 )
 from meshplan.solver.space import Space
-from meshplan.tools.export import KINDS, emit
-from meshplan.tools.export_formats import shape_limits
+from meshplan.tools.export.emit import KINDS, emit
+from meshplan.tools.export.formats import shape_limits
 
 DATA = Path(__file__).parent / "data" / "export"
 

@@ -35,7 +35,7 @@ from meshplan.client.channel import make_target, service_config
 from meshplan.client.exceptions import error_from_parts
 from meshplan.solver.results import PlanResult
 from meshplan.solver.schema import PlanRequest
-from meshplan.tools.batch import Progress, add_batch_arguments, run_batch
+from meshplan.tools.cli.batch import Progress, add_batch_arguments, run_batch
 
 
 def fake_plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanResult:

@@ -15,7 +15,7 @@ import pytest
 from google.protobuf.descriptor import Descriptor
 from pydantic import BaseModel
 
-from meshplan.server.convert import (
+from meshplan.convert import (
     FieldValueError,
     dict_to_message,
     enum_from_proto,

@@ -1,4 +1,4 @@
-"""meshplan.tools.hf_config: real config.json files load, and their weights add up to the published size."""
+"""meshplan.tools.models.hf_config: real config.json files load, and their weights add up to the published size."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from meshplan.solver.arch import resolve_model
-from meshplan.tools.hf_config import (
+from meshplan.tools.models.hf_config import (
     SUPPORTED_MODEL_TYPES,
     HFConfigError,
     count_parameters,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from meshplan.solver.schema import ParallelConfig
-from meshplan.tools.cli import main
-from meshplan.tools.ladder import axes_of, pair, parse_rungs
+from meshplan.tools.cli.main import main
+from meshplan.tools.sweep.ladder import axes_of, pair, parse_rungs
 
 # The textbook's bill (16 bytes per parameter, ZeRO-3 with any pipeline): 70B fits on 16 GPUs.
 # Under Megatron's recipe (fp32 main gradients, no ZeRO-3 with pipelining) it needs 24

@@ -137,10 +137,10 @@ def test_the_wheel_has_one_top_level_name(tmp_path: Path) -> None:
         "meshplan/solver/costmodel/fitted.json",
         "meshplan/server/app.py",
         "meshplan/client/sync.py",
-        "meshplan/tools/cli.py",
-        "meshplan/tools/data/kempnerforge_runs.json",
-        "meshplan/tools/data/calibration/published_runs.json",  # what `calibrate` refits to
-        "meshplan/tools/data/calibration/megatron_h100_runs.json",
+        "meshplan/tools/cli/main.py",
+        "meshplan/tools/calibration/published/kempnerforge_runs.json",
+        "meshplan/tools/calibration/published/published_runs.json",  # what `calibrate` refits to
+        "meshplan/tools/calibration/published/megatron_h100_runs.json",
         "meshplan/v1/planner_pb2.py",
         "meshplan/__main__.py",
     ):

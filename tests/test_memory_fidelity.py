@@ -2,7 +2,7 @@
 targets: never under-predicted by more than 3%, median |error| at most 8%).
 
 torchtitan prints max_memory_reserved (compared with the tenants plus the fragmentation
-allowance), the KempnerForge guide max_memory_allocated (the tenants alone); tools/calibration.py
+allowance), the KempnerForge guide max_memory_allocated (the tenants alone); tools/calibration/score.py
 does that.
 """
 
@@ -12,7 +12,7 @@ import statistics
 
 import pytest
 
-from meshplan.tools.calibration import evaluate_runs, load_all
+from meshplan.tools.calibration.score import evaluate_runs, load_all
 
 RESULTS = {r.id: r for r in evaluate_runs([r for r in load_all() if r.memory_gib is not None])}
 

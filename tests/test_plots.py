@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from meshplan.tools.cli import main
-from meshplan.tools.plots import scaling_plot
-from meshplan.tools.scaling import scaling_series
+from meshplan.tools.cli.main import main
+from meshplan.tools.render.plots import scaling_plot
+from meshplan.tools.sweep.scaling import scaling_series
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

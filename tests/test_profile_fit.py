@@ -1,5 +1,5 @@
 """Every calibration run's published layout is one its framework's profile can run, and fits
-(tools/calibration_data.py maps each source to its profile: Narayanan 2021, Korthikanti 2022 and
+(tools/calibration/loaders.py maps each source to its profile: Narayanan 2021, Korthikanti 2022 and
 the Megatron-Core / NeMo H100 runs to MEGATRON, torchtitan and MosaicML's llm-foundry (PyTorch
 FSDP, the same FSDP recipe) to TORCHTITAN, the KempnerForge guide's runs to KEMPNERFORGE).
 
@@ -7,7 +7,7 @@ What a source leaves unstated is taken as the source's own configuration says, o
 - NeMo 24.07 and the DGX Cloud recipes train with NeMo's distributed_fused_adam and
   grad_sync_dtype bf16 (NVIDIA/dgxc-benchmarking @ 0b71cfda5163540778e2a3d2db59858bf62f96f7,
   llama3.1/llama3.1_*.yaml): bf16 main gradients (training.grad_reduce_in_bf16, set by the
-  loader, tools/calibration_megatron.py);
+  loader, tools/calibration/megatron.py);
 - the Megatron MoE model zoo recomputes "norm, act": selective recomputation;
 - a recomputation the source does not state may be any mode (the run fits with one of them);
 - FSDP over a single data-parallel rank shards nothing: ZeRO 0.
@@ -22,7 +22,7 @@ import pytest
 
 from meshplan.solver import evaluate
 from meshplan.solver.schema import EvaluateRequest, Recompute
-from meshplan.tools.calibration_data import DEFAULT_MEGATRON, DEFAULT_PUBLISHED, load_all
+from meshplan.tools.calibration.loaders import DEFAULT_MEGATRON, DEFAULT_PUBLISHED, load_all
 
 RUNS = load_all()
 BF16_GRADS = ("nemo2407", "dgxc2502")

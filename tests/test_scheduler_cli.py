@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from meshplan.tools.cli import main
+from meshplan.tools.cli.main import main
 
 CURVE = ["curve", "--model", "llama3-8b", "--seq-len", "4096", "--counts", "4,8,16",
          "--batch", "fixed-global", "--global-batch-tokens", str(4096 * 64)]  # fmt: skip

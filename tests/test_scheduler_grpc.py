@@ -38,7 +38,7 @@ from meshplan.solver.scheduler import (
     scaling_curve,
 )
 from meshplan.solver.schema import PlanRequest
-from meshplan.tools.cli import main as cli_main
+from meshplan.tools.cli.main import main as cli_main
 from meshplan.v1 import planner_pb2
 
 CURVE = {

@@ -14,7 +14,7 @@ from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel.context import STATE_BYTES, recipe_for
 from meshplan.solver.results import PlanStatus
 from meshplan.solver.schema import Framework, ModelSpec, Precision
-from meshplan.tools.calibration import evaluate_run, load_kempnerforge
+from meshplan.tools.calibration.score import evaluate_run, load_kempnerforge
 
 GIB = 1 << 30
 H100 = {"gpu": "h100-sxm-80gb"}
@@ -190,7 +190,7 @@ def test_kempnerforge_guide_fsdp_beats_tp_on_4_h200() -> None:
     assert (r.config.tp, r.config.pp, r.config.dp) == (1, 1, 4)
 
 
-# The KempnerForge guide's measured speed, converted to our MFU convention (tools/calibration.py:
+# The KempnerForge guide's measured speed, converted to our MFU convention (tools/calibration/score.py:
 # the guide's MFU counts both embeddings); the fitted constants put every run within this relative error.
 # Re-based from 15% when the fit grew to all 105 published runs: one set of constants now
 # serves Megatron, torchtitan and KempnerForge, and the guide's 32-GPU runs cross an InfiniBand

@@ -22,7 +22,7 @@ from meshplan.client import AsyncPlannerClient, PlannerClient, PlannerError, Una
 from meshplan.client.security import Security, is_local
 from meshplan.solver.results import PlanResult
 from meshplan.solver.schema import PlanRequest
-from meshplan.tools.cli import main as cli_main
+from meshplan.tools.cli.main import main as cli_main
 
 TOKENS = ("alpha-token-0123456789", "bravo-token-0123456789")
 

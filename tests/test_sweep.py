@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from test_grpc_support import LOOPBACK, running_server
 
-from meshplan.tools.cli import main
-from meshplan.tools.grid import ModelItem, expand_models, parse_gpus
-from meshplan.tools.sweep import Job, Outcome, build_jobs, job_key
-from meshplan.tools.sweep_io import SweepFiles, run_sweep
+from meshplan.tools.cli.main import main
+from meshplan.tools.sweep.files import SweepFiles, run_sweep
+from meshplan.tools.sweep.grid import ModelItem, expand_models, parse_gpus
+from meshplan.tools.sweep.solve import Job, Outcome, build_jobs, job_key
 
 # Small, fast cells: a fixed global batch keeps each solve well under two seconds.
 # The textbook's bill (16 bytes per parameter, ZeRO-3 with any pipeline): 70B fits on 16 GPUs.

@@ -25,7 +25,7 @@ from meshplan.solver.schema import (
     SearchSpec,
     TrainingSpec,
 )
-from meshplan.tools.calibration import load_all
+from meshplan.tools.calibration.score import load_all
 
 LLAMA8 = ModelSpec(preset="llama3-8b")
 MOE = ModelSpec(

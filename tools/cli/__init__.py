@@ -1,0 +1,1 @@
+"""The `meshplan` command line: flags, request input, the commands and their messages."""

@@ -1,0 +1,344 @@
+"""CLI glue for remote calls: `meshplan plan|evaluate --server`, `meshplan batch`.
+
+tools/cli/main.py wires these in; they print nothing except the batch progress bar (stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import queue
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import ValidationError
+
+from meshplan.client.exceptions import FieldViolation, InvalidRequestError, PlannerError
+from meshplan.client.sync import BatchItem, PlannerClient
+from meshplan.solver.results import Evaluation, PlanResult
+from meshplan.solver.schema import EvaluateRequest, PlanRequest
+from meshplan.tools.cli.flags import add_server_flag
+from meshplan.tools.cli.messages import one_line, shorten
+from meshplan.tools.cli.remote import connect
+
+_SLACK_S = 10.0  # deadline beyond the solve's own time limit: model build, transport
+CSV_COLUMNS = [
+    "index", "status", "error", "model", "gpu", "num_gpus", "tp", "pp", "dp", "cp", "ep",
+    "virtual_stages", "micro_batch_size", "num_microbatches", "zero_stage", "recompute",
+    "sequence_parallel", "step_time_s", "tokens_per_s", "mfu", "memory_total_bytes",
+    "binding_wall", "min_gpus",
+]  # fmt: skip
+
+
+def remote_plan(
+    target: str | list[str], req: PlanRequest, timeout: float | None = None
+) -> PlanResult:
+    """Plan on a server; the deadline defaults to the request's time limit plus slack."""
+    with PlannerClient(target) as client:
+        return client.plan(req, timeout=timeout or req.options.time_limit_s + _SLACK_S)
+
+
+def remote_evaluate(
+    target: str | list[str], req: EvaluateRequest, timeout: float | None = None
+) -> Evaluation:
+    """Evaluate on a server (deadline: `timeout` or 30 s)."""
+    with PlannerClient(target) as client:
+        return client.evaluate(req, timeout=timeout or 30.0)
+
+
+def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `meshplan batch` (run_batch reads them with getattr, so a subset works too)."""
+    add_server_flag(parser, "the meshplan server(s) to send the requests to", required=True)
+    parser.add_argument(
+        "--request",
+        required=True,
+        metavar="FILE",
+        help="a JSON list of plan requests, one request, or JSON lines ('-': stdin)",
+    )
+    parser.add_argument(
+        "--output",
+        default="-",
+        metavar="FILE",
+        help="where the answers go, one row per request (default '-': stdout)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=["jsonl", "csv"],
+        default=None,
+        help="jsonl or csv (default: csv if --output ends in .csv, else jsonl)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=3600.0,
+        metavar="S",
+        help="deadline of each PlanBatch call (s; default 3600)",
+    )
+    parser.add_argument(
+        "--chunk-size",
+        type=int,
+        default=256,
+        metavar="N",
+        help="requests per PlanBatch call (count; default 256)",
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: when stderr is a terminal)",
+    )
+
+
+def read_requests(path: str) -> list[PlanRequest]:
+    """Plan requests from a JSON list, one JSON object, or JSON lines ('-' = stdin); ValueError
+    naming the file and the item for anything wrong."""
+    where = f"--request {shorten(path)!r}"
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(
+            f"{where}: cannot read it: {getattr(err, 'strerror', None) or err}"
+        ) from None
+    stripped = text.strip()
+    try:
+        if stripped.startswith("["):
+            items = json.loads(stripped)
+        elif "\n" in stripped and stripped.startswith("{") and not _is_one_object(stripped):
+            items = [json.loads(line) for line in stripped.splitlines() if line.strip()]
+        else:
+            items = [json.loads(stripped)]
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not JSON or JSON lines: {err}") from None
+    except RecursionError:
+        raise ValueError(f"{where}: nested too deeply to read") from None
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ValueError(
+                f"{where}: request {i} must be a JSON object (a PlanRequest), got a "
+                f"{type(item).__name__}"
+            )
+        try:
+            out.append(PlanRequest.model_validate(item))
+        except ValidationError as err:
+            raise ValueError(f"{where}: request {i}: {one_line(err)}") from None
+    return out
+
+
+def _is_one_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except (json.JSONDecodeError, RecursionError):
+        return False
+
+
+def run_batch(args: argparse.Namespace) -> int:
+    """Send the requests through PlanBatch; write one JSON line or CSV row per answer.
+
+    Rows come in the order the server finishes them, each with its request's index. Exit 0 if
+    every request got an answer (an infeasible plan is an answer), 1 if some failed or the
+    server could not be reached, 2 on a bad input file.
+    """
+    try:
+        reqs = read_requests(args.request)
+    except ValueError as err:
+        print(f"meshplan batch: {shorten(str(err))}", file=sys.stderr)
+        return 2
+    servers = [s for s in str(args.server).split(",") if s]
+    output = getattr(args, "output", "-") or "-"
+    fmt = getattr(args, "format", None) or ("csv" if output.endswith(".csv") else "jsonl")
+    show = getattr(args, "progress", None)
+    bar = Progress(len(reqs), enabled=sys.stderr.isatty() if show is None else show)
+    failed = 0
+    with _open(output) as out, connect(args, servers) as client:
+        write = _writer(out, fmt, reqs)
+        try:
+            for item in _send(client, reqs, args, in_flight=len(servers)):
+                failed += item.error is not None
+                write(item)
+                bar.update()
+        except PlannerError as err:
+            bar.close()
+            print(f"meshplan batch: {shorten(str(err))}", file=sys.stderr)
+            return 1
+    bar.close()
+    return 1 if failed else 0
+
+
+def _send(
+    client: PlannerClient, reqs: list[PlanRequest], args: argparse.Namespace, in_flight: int = 1
+) -> Iterator[BatchItem]:
+    chunk = max(1, getattr(args, "chunk_size", 256) or 256)
+    timeout = getattr(args, "timeout", None) or 3600.0
+    return send_chunks(client, reqs, chunk, timeout, in_flight)
+
+
+def send_chunks(
+    client: PlannerClient, reqs: list[PlanRequest], chunk: int, timeout: float, in_flight: int = 1
+) -> Iterator[BatchItem]:
+    """The answers to `reqs` sent through PlanBatch in chunks of `chunk`, as they come (indices
+    into `reqs`); `in_flight` chunks are sent at once (one per server: the client spreads calls
+    over its targets, and each server spreads a chunk over its solver processes)."""
+    chunk = max(1, chunk)
+    starts = list(range(0, len(reqs), chunk))
+    if in_flight <= 1 or len(starts) <= 1:
+        for start in starts:
+            yield from _chunk(client, reqs[start : start + chunk], start, timeout)
+        return
+    answers: queue.Queue[BatchItem | BaseException | None] = queue.Queue()
+    pending = iter(starts)
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def sender() -> None:
+        try:
+            while not stop.is_set():
+                with lock:
+                    start = next(pending, None)
+                if start is None:
+                    return
+                for item in _chunk(client, reqs[start : start + chunk], start, timeout):
+                    answers.put(item)
+        except BaseException as err:  # noqa: BLE001  handed to the reader
+            answers.put(err)
+        finally:
+            answers.put(None)
+
+    senders = [threading.Thread(target=sender, daemon=True) for _ in range(in_flight)]
+    for thread in senders:
+        thread.start()
+    try:
+        done = 0
+        while done < len(senders):
+            got = answers.get()
+            if got is None:
+                done += 1
+            elif isinstance(got, BaseException):
+                raise got
+            else:
+                yield got
+    finally:
+        stop.set()  # a failed chunk or an early stop: send no more
+
+
+def _chunk(
+    client: PlannerClient, part: list[PlanRequest], start: int, timeout: float
+) -> Iterator[BatchItem]:
+    for item in client.plan_batch(part, timeout=timeout):
+        if isinstance(item.error, InvalidRequestError) and start:  # paths in the whole file
+            old, new = f"requests[{item.index}]", f"requests[{item.index + start}]"
+            item.error.violations[:] = [
+                FieldViolation(v.field.replace(old, new, 1), v.description)
+                for v in item.error.violations
+            ]
+        yield BatchItem(item.index + start, item.result, item.error)
+
+
+def _open(output: str) -> Any:
+    if output == "-":
+        return _NoClose(sys.stdout)
+    return open(output, "w", newline="", encoding="utf-8")  # noqa: SIM115
+
+
+class _NoClose:
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def __enter__(self) -> IO[str]:
+        return self.stream
+
+    def __exit__(self, *exc: object) -> None:
+        self.stream.flush()
+
+
+def _writer(out: IO[str], fmt: str, reqs: list[PlanRequest]) -> Any:
+    if fmt == "jsonl":
+
+        def write_json(item: BatchItem) -> None:
+            row: dict[str, Any] = {"index": item.index}
+            if item.result is not None:
+                row["result"] = item.result.model_dump(mode="json")
+            else:
+                row["error"] = _error_dict(item.error)
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+
+        return write_json
+    rows = csv.DictWriter(out, fieldnames=CSV_COLUMNS)
+    rows.writeheader()
+
+    def write_csv(item: BatchItem) -> None:
+        rows.writerow(csv_row(item, reqs[item.index]))
+        out.flush()
+
+    return write_csv
+
+
+def _error_dict(err: PlannerError | None) -> dict[str, Any]:
+    if err is None:
+        return {}
+    violations = [
+        {"field": v.field, "description": v.description} for v in getattr(err, "violations", [])
+    ]
+    return {"code": err.code.name, "message": err.message, "field_violations": violations}
+
+
+def csv_row(item: BatchItem, req: PlanRequest) -> dict[str, Any]:
+    """One CSV row: the request's names, the layout, the speed, the memory, the wall."""
+    row: dict[str, Any] = {
+        "index": item.index,
+        "model": req.model.preset or "",
+        "gpu": req.cluster.gpu,
+        "num_gpus": req.cluster.num_gpus,
+    }
+    if item.error is not None:
+        return row | {"status": "ERROR", "error": f"{item.error.code.name}: {item.error.message}"}
+    res = item.result
+    assert res is not None
+    row["status"] = res.status.value
+    if res.config is not None:
+        cfg = res.config.model_dump(mode="json")
+        row |= {k: cfg[k] for k in CSV_COLUMNS if k in cfg}
+    if res.performance is not None:
+        perf = res.performance
+        row |= {"step_time_s": perf.step_time_s, "tokens_per_s": perf.tokens_per_s, "mfu": perf.mfu}
+    if res.memory is not None:
+        row["memory_total_bytes"] = res.memory.total
+    row["binding_wall"] = res.binding_wall.value
+    if res.explanation is not None:
+        row["min_gpus"] = res.explanation.min_gpus
+    return row
+
+
+class Progress:
+    """A one-line progress bar on stderr: [#####.....] 12/100 3.4/s."""
+
+    def __init__(self, total: int, enabled: bool = True, width: int = 30) -> None:
+        self.total, self.enabled, self.width = total, enabled, width
+        self.done = 0
+        self.started = time.monotonic()
+        self._draw()
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        self._draw()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self.enabled = False
+
+    def _draw(self) -> None:
+        if not self.enabled:
+            return
+        filled = self.width * self.done // max(1, self.total)
+        rate = self.done / max(1e-9, time.monotonic() - self.started)
+        bar = "#" * filled + "." * (self.width - filled)
+        sys.stderr.write(f"\r[{bar}] {self.done}/{self.total} {rate:.1f}/s")
+        sys.stderr.flush()

@@ -1,0 +1,266 @@
+"""Request flags shared by the commands: the contract's names with dashes (tools/cli/inputs.py turns
+them into a request dict that the pydantic schema validates). Every flag's help gives its unit
+and default.
+
+Nothing heavy is imported here (no pydantic, no solver), so building a parser stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from meshplan.tools.cli.messages import shorten
+from meshplan.tools.cli.remote import add_connection_flags
+
+PINS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches")
+PRECISIONS = ("BF16", "FP8")
+RECOMPUTES = ("NONE", "SELECTIVE", "FULL")
+FRAMEWORKS = ("GENERIC", "KEMPNERFORGE", "MEGATRON", "TORCHTITAN", "DEEPSPEED")
+EMIT_KINDS = ("megatron", "torchtitan", "deepspeed", "kempnerforge")  # tools/export/emit.py's KINDS
+
+PIN_WORDS = {  # flag -> (what it is, unit)
+    "tp": ("tensor-parallel degree", "GPUs"),
+    "pp": ("pipeline-parallel stages", "GPUs"),
+    "dp": ("data-parallel / FSDP degree", "replicas"),
+    "cp": ("context-parallel degree", "sequence shards"),
+    "ep": ("expert-parallel degree, borrowed from dp*cp", "GPUs"),
+    "virtual_stages": ("interleaved model chunks per pipeline stage", "count"),
+    "micro_batch_size": ("micro-batch size", "sequences"),
+    "num_microbatches": ("micro-batches per step per replica", "count"),
+}
+_EVALUATE_DEFAULTS = {  # the layout fields an evaluate request may leave out, and their default
+    "cp": "default 1",
+    "ep": "default 1",
+    "virtual_stages": "default 1",
+    "num_microbatches": "default: derived from the global batch",
+}
+_SUFFIX = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+
+
+def tokens(text: str) -> int:
+    """A token count: 2097152, 2e6, 15T, 500B or 4M (k, M, B/G, T: powers of 1000)."""
+    t = text.strip().replace("_", "").replace(",", "")
+    m = re.fullmatch(r"(\d+(?:\.\d*)?(?:[eE]\d+)?)([kKmMbBgGtT]?)", t)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a token count: {shorten(text)!r}")
+    value = float(m.group(1)) * _SUFFIX.get(m.group(2).lower(), 1)
+    if value != int(value) or value > 2**62:
+        raise argparse.ArgumentTypeError(f"not a whole token count: {shorten(text)!r}")
+    return int(value)
+
+
+PLOT_FORMATS = ("png", "svg", "pdf")
+
+
+def plot_format(path: str | Path) -> str:
+    """The picture format a path's suffix names; ValueError for any other suffix."""
+    fmt = Path(path).suffix.lower().lstrip(".")
+    if fmt not in PLOT_FORMATS:
+        raise ValueError(
+            f"--plot: {shorten(str(path))!r}: the suffix picks the format: "
+            f"{', '.join('.' + f for f in PLOT_FORMATS)}"
+        )
+    return fmt
+
+
+def plot_path(text: str) -> str:
+    """argparse type of --plot: a path whose suffix names a format we can write."""
+    try:
+        plot_format(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--plot: ")) from None
+    return text
+
+
+def add_request_flags(p: argparse.ArgumentParser, evaluate: bool) -> None:
+    """The flags of `plan` (pins are free by default) or `evaluate` (the layout to score)."""
+    what = "an EvaluateRequest" if evaluate else "a PlanRequest"
+    p.add_argument(
+        "--request",
+        metavar="FILE",
+        help=f"a whole request as JSON ({what}, the README's field names; '-' reads stdin); "
+        "flags given as well override its fields (default: none, the flags alone)",
+    )
+    p.add_argument(
+        "--model",
+        metavar="NAME|PATH",
+        help="a catalog model (see `meshplan catalog`) or a Hugging Face config.json (or its "
+        "directory); required unless --request names the model",
+    )
+    add_cluster_flags(p)
+    p.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="GPUs for the job (count); required unless --request gives cluster.num_gpus",
+    )
+    add_training_flags(p)
+    for name in PINS:
+        what_pin, unit = PIN_WORDS[name]
+        if evaluate:
+            default = _EVALUATE_DEFAULTS.get(name, "required")
+            text = f"{what_pin} ({unit}; {default})"
+        else:
+            text = f"pin the {what_pin} ({unit}; default: free)"
+        p.add_argument("--" + name.replace("_", "-"), type=int, dest=name, metavar="N", help=text)
+    add_memory_pins(p, evaluate)
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as JSON (the README's field names) instead of a table",
+    )
+    add_server_flag(p, "solve on a meshplan server (default: in-process)")
+    p.add_argument(
+        "--plot",
+        metavar="FILE",
+        type=plot_path,
+        help="also draw the memory bill against HBM; the suffix picks the format: .png, .svg "
+        "or .pdf (default: no picture)",
+    )
+    if evaluate:
+        return
+    p.add_argument(
+        "--top-k",
+        type=int,
+        metavar="K",
+        help="distinct alternatives to return as well (count; default 0)",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        metavar="S",
+        help="solver time limit (seconds; default 10)",
+    )
+    p.add_argument(
+        "--allow-fewer-gpus",
+        action="store_true",
+        help="allow plans that leave some of the GPUs idle (default: use them all)",
+    )
+    p.add_argument(
+        "--emit",
+        nargs="?",
+        const="auto",
+        type=str.lower,
+        choices=("auto", *EMIT_KINDS),
+        metavar="KIND",
+        help="print the plan as a launcher config on stdout, and the table on stderr: "
+        f"{', '.join(EMIT_KINDS)}; without a value (or 'auto'), the launcher of --framework. "
+        "Not with --json: stdout carries one document (default: the table on stdout)",
+    )
+
+
+def add_cluster_flags(p: argparse.ArgumentParser, many: str = "") -> None:
+    """--gpu, --gpus-per-node, --hbm-gib (`many`: a note that the flag takes a list)."""
+    p.add_argument(
+        "--gpu",
+        metavar="NAME",
+        help=f"a catalog GPU (see `meshplan catalog`; default h100-sxm-80gb){many}",
+    )
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        metavar="N",
+        help="GPUs per node sharing the fast in-node link (count; default: the catalog's, "
+        "8 for the H100 and H200)",
+    )
+    p.add_argument(
+        "--hbm-gib",
+        type=float,
+        metavar="GIB",
+        help="HBM per GPU (GiB; default: the catalog's)",
+    )
+
+
+def add_training_flags(p: argparse.ArgumentParser, lists: str | None = None) -> None:
+    """The step: sequence length, batch, precision, framework. With `lists` (a note for the
+    help), --seq-len and --precision are kept as text for the caller to split."""
+    many = lists or ""
+    p.add_argument(
+        "--seq-len",
+        type=None if lists is not None else int,
+        metavar="TOKENS",
+        help=f"sequence length (tokens; default 8192){many}",
+    )
+    p.add_argument(
+        "--global-batch-tokens",
+        type=int,
+        metavar="TOKENS",
+        help="tokens per optimizer step, a multiple of the sequence length (default 0: the "
+        "planner chooses, up to the critical batch)",
+    )
+    p.add_argument(
+        "--critical-batch-tokens",
+        type=int,
+        metavar="TOKENS",
+        help="cap on the global batch (tokens; default: the optimal batch 0.2920*C^0.3271 of "
+        "DeepSeek LLM's scaling law, Bi et al. 2024, for C = 6 x active parameters x "
+        "--train-tokens; no cap when --global-batch-tokens is given)",
+    )
+    p.add_argument(
+        "--train-tokens",
+        type=tokens,
+        metavar="TOKENS",
+        help="tokens of the whole training run, e.g. 15T, for the default critical batch "
+        "(tokens; default 20 per active parameter, Hoffmann et al. 2022)",
+    )
+    if lists is not None:
+        p.add_argument(
+            "--precision",
+            metavar="P",
+            help=f"training precision, BF16 or FP8, any case (default BF16){many}",
+        )
+    else:
+        p.add_argument(
+            "--precision",
+            type=str.upper,
+            choices=PRECISIONS,
+            help="training precision, any case: BF16 mixed (16 B/parameter) or FP8 "
+            "(9 B/parameter) (default BF16)",
+        )
+    p.add_argument(
+        "--framework",
+        type=str.upper,
+        choices=FRAMEWORKS,
+        help="the framework profile, any case: the layouts it runs, its memory recipe and its "
+        "launcher (default MEGATRON)",
+    )
+
+
+def add_memory_pins(p: argparse.ArgumentParser, evaluate: bool) -> None:
+    """--zero-stage, --recompute, --sequence-parallel: pins for plan, settings for evaluate."""
+    free = "default: free"
+    p.add_argument(
+        "--zero-stage",
+        type=int,
+        choices=[0, 1, 2, 3],
+        help="ZeRO stage over the data-parallel group: 1 shards the optimizer state, 2 also "
+        f"the gradients, 3 also the weights ({'default 1' if evaluate else free})",
+    )
+    p.add_argument(
+        "--recompute",
+        type=str.upper,
+        choices=RECOMPUTES,
+        help="activation recomputation, any case: NONE, SELECTIVE (attention) or FULL "
+        f"(Korthikanti et al. 2022) ({'default NONE' if evaluate else free})",
+    )
+    p.add_argument(
+        "--sequence-parallel",
+        type=str.lower,
+        choices=["true", "false"],
+        help="Megatron sequence parallelism with tp > 1 "
+        f"({'default true' if evaluate else 'default: on whenever tp > 1'})",
+    )
+
+
+def add_server_flag(p: argparse.ArgumentParser, what: str, required: bool = False) -> None:
+    """--server HOST:PORT[,HOST:PORT...] and the connection flags of a remote call (TLS, mTLS,
+    the bearer token: tools/cli/remote.py)."""
+    p.add_argument(
+        "--server",
+        metavar="HOST:PORT[,...]",
+        required=required,
+        help=f"{what}; several targets are balanced round-robin",
+    )
+    add_connection_flags(p)

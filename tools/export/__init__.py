@@ -1,0 +1,1 @@
+"""A plan as the input of the framework that runs it (launcher arguments, TOML, JSON configs)."""

@@ -1,0 +1,79 @@
+"""Render a plan as the input of the framework that runs it: Megatron-LM `pretrain_gpt.py`
+arguments, a torchtitan TOML job config, a DeepSpeed JSON config with the Megatron-DeepSpeed
+arguments it needs, or a KempnerForge TOML config.
+
+Every knob the plan chose is in the snippet (tp, pp, virtual stages, dp/FSDP, cp, ep, etp,
+micro-batch, global batch, ZeRO stage or its framework's name for it, recomputation, sequence
+parallelism, precision) and so is the model's shape, a catalog preset resolved. A plan the
+framework cannot express is refused: ValueError listing the framework's rules it breaks (the
+profiles of solver/profiles.py, which the planner obeys when the request names that framework).
+Names and values are those of the frameworks at the commits solver/profiles.py cites. The
+overlaps the plan was timed with (the profile's defaults and the request's switches) are
+switched on in the framework's own flags (tools/export/overlaps.py).
+
+    emit(kind, config, model, training, global_batch_tokens) -> str
+    kind: "megatron", "torchtitan", "deepspeed", "kempnerforge", or None for the export of
+    training.framework's profile (GENERIC exports Megatron-LM arguments).
+"""
+
+from __future__ import annotations
+
+from meshplan.solver.arch import Arch, resolve_model
+from meshplan.solver.costmodel import Point
+from meshplan.solver.profiles import PROFILES, Profile, profile_of
+from meshplan.solver.rules import launcher_violations
+from meshplan.solver.schema import Framework, ModelSpec, ParallelConfig, TrainingSpec
+from meshplan.tools.export import formats as fmt
+from meshplan.tools.export import overlaps
+from meshplan.tools.export import toml_formats as export_toml
+
+KINDS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed", "kempnerforge")
+FRAMEWORK_OF: dict[str, Framework] = {
+    "megatron": Framework.MEGATRON,
+    "torchtitan": Framework.TORCHTITAN,
+    "deepspeed": Framework.DEEPSPEED,
+    "kempnerforge": Framework.KEMPNERFORGE,
+}
+
+
+def emit(
+    kind: str | None,
+    config: ParallelConfig,
+    model: ModelSpec,
+    training: TrainingSpec,
+    global_batch_tokens: int,
+) -> str:
+    """The plan `config` as a `kind` snippet (None: the request's framework's). ValueError on an
+    unknown kind, a global batch other than dp * micro_batch_size * num_microbatches * seq_len,
+    or a plan (or model) the framework cannot express."""
+    if kind is None:
+        kind = profile_of(training.framework).export
+    if kind not in FRAMEWORK_OF:
+        raise ValueError(f"unknown export kind {kind!r}; supported kinds: {', '.join(KINDS)}")
+    c, s = config, training.seq_len
+    seqs = c.dp * c.micro_batch_size * c.num_microbatches
+    if global_batch_tokens != seqs * s:
+        raise ValueError(
+            f"global_batch_tokens ({global_batch_tokens}) != dp({c.dp}) * micro_batch_size"
+            f"({c.micro_batch_size}) * num_microbatches({c.num_microbatches}) * seq_len({s})"
+            f" = {seqs * s}"
+        )
+    prof = PROFILES[FRAMEWORK_OF[kind]]
+    A = resolve_model(model)
+    _check(kind, prof, Point.from_config(c), A, training)
+    render = {
+        "megatron": fmt.megatron,
+        "torchtitan": export_toml.torchtitan,
+        "deepspeed": fmt.deepspeed,
+        "kempnerforge": export_toml.kempnerforge,
+    }[kind]
+    return render(c, A, training, seqs, prof)
+
+
+def _check(kind: str, prof: Profile, p: Point, A: Arch, training: TrainingSpec) -> None:
+    bad = launcher_violations(p, A, training, prof)
+    bad += fmt.shape_limits(kind, A)
+    if kind == "megatron":
+        bad += overlaps.megatron_conflicts(p.config(), A, training)
+    if bad:
+        raise ValueError(f"{kind} cannot express this plan: " + "; ".join(bad))

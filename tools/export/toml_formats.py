@@ -1,0 +1,154 @@
+"""The TOML launcher formats of tools/export/emit.py: torchtitan's job config and KempnerForge's
+(keys as the frameworks define them at the commits solver/profiles.py cites)."""
+
+from __future__ import annotations
+
+import json
+
+from meshplan.solver.arch import Arch
+from meshplan.solver.profiles import Profile
+from meshplan.solver.schema import ParallelConfig, Precision, Recompute, TrainingSpec
+from meshplan.tools.export import overlaps
+from meshplan.tools.export.formats import catalog_twin, chunk_sizes, summary
+
+# torchtitan model flavors with a catalog twin (torchtitan/models/*/__init__.py at e347b1e5e).
+TORCHTITAN_FLAVORS = {
+    "llama3-8b": ("llama3", "8B"),
+    "llama3-70b": ("llama3", "70B"),
+    "llama3-405b": ("llama3", "405B"),
+    "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
+    "deepseek-v3": ("deepseek_v3", "671B"),
+}
+
+# --- torchtitan --------------------------------------------------------------------------------
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return str(v)
+
+
+def _toml(header: list[str], sections: dict[str, dict[str, object]]) -> str:
+    lines = [f"# {h}" for h in header]
+    for name, body in sections.items():
+        lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in body.items()]
+    return "\n".join(lines) + "\n"
+
+
+def torchtitan(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profile) -> str:
+    header = [summary(c, t, seqs, prof), "torchtitan job config (TOML)"]
+    overlap_par, overlap_sections, notes = overlaps.torchtitan(c, A, t)
+    header += [overlaps.describe(c, A, t), *overlaps.note_lines(notes)]
+    model: dict[str, object] = {}
+    twin = catalog_twin(A)
+    if twin in TORCHTITAN_FLAVORS:
+        model["name"], model["flavor"] = TORCHTITAN_FLAVORS[twin]
+    else:
+        header.append(
+            f"model: register a torchtitan flavor with {A.L} layers, dim {A.h}, {A.a} heads, "
+            f"{A.kv} KV heads, FFN {A.f}, vocab {A.V}" + (f", {A.E} experts" if A.is_moe else "")
+        )
+    if t.precision is Precision.FP8:
+        model["converters"] = ["quantize.linear.float8"]
+    par: dict[str, object] = {
+        "data_parallel_replicate_degree": 1,
+        "data_parallel_shard_degree": c.dp,  # FSDP2 (ZeRO-3; under pipelining: ZeRO-1)
+        # FSDP2's own policy: reshard after forward without PP, keep the weights gathered with it
+        "fsdp_reshard_after_forward": "default",
+        "tensor_parallel_degree": c.tp,  # sequence parallel whenever tp > 1
+        "pipeline_parallel_degree": c.pp,
+        "context_parallel_degree": c.cp,
+        "expert_parallel_degree": c.ep,
+    }
+    if A.is_moe:
+        par["expert_tensor_parallel_degree"] = c.etp
+    par |= overlap_par
+    if c.pp > 1:
+        par["pipeline_parallel_schedule"] = "Interleaved1F1B" if c.virtual_stages > 1 else "1F1B"
+        par["pipeline_parallel_microbatch_size"] = c.micro_batch_size
+        parts, first = [], 0
+        for n in chunk_sizes(A.L, c.pp * c.virtual_stages):
+            parts.append([f"layers.{i}" for i in range(first, first + n)])
+            first += n
+        parts[0].insert(0, "tok_embeddings")
+        parts[-1] += ["norm", "output"]
+        par["module_fqns_per_model_part"] = parts
+        local = c.micro_batch_size * c.num_microbatches  # the schedule splits it into M
+    else:
+        local = c.micro_batch_size  # gradient accumulation = global / (local * dp)
+    mode = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}
+    ac: dict[str, object] = {"mode": mode[c.recompute]}
+    if c.recompute is Recompute.SELECTIVE:
+        ac["selective_ac_option"] = "op"  # op-level policy (the memory model's)
+    sections: dict[str, dict[str, object]] = {}
+    if model:
+        sections["model"] = model
+    sections["parallelism"] = par
+    sections["training"] = {
+        "local_batch_size": local,
+        "global_batch_size": seqs,
+        "seq_len": t.seq_len,
+        "mixed_precision_param": "bfloat16",
+    }
+    sections["activation_checkpoint"] = ac
+    sections |= overlap_sections
+    if t.precision is Precision.FP8:
+        sections["quantize.linear.float8"] = {
+            "recipe_name": "tensorwise",
+            "filter_fqns": ["output"],
+        }
+    return _toml(header, sections)
+
+
+# --- KempnerForge -----------------------------------------------------------------------------
+
+
+def kempnerforge(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profile) -> str:
+    model: dict[str, object] = {
+        "dim": A.h,
+        "n_layers": A.L,
+        "n_heads": A.a,
+        "n_kv_heads": A.kv,
+        "vocab_size": A.V,
+        "ffn_hidden_dim": A.f,
+        "activation": "silu" if A.gated else "gelu",
+        "tie_embeddings": A.tied,
+        "max_seq_len": t.seq_len,
+    }
+    if A.is_moe:
+        model |= {
+            "num_experts": A.E,
+            "moe_top_k": A.top_k,
+            "moe_shared_experts": A.shared,
+            "moe_frequency": 1,
+            "moe_expert_ffn_multiplier": A.fe / A.f,
+        }
+    shard, replicate = (1, c.dp) if c.zero_stage == 0 and c.dp > 1 else (c.dp, 1)
+    ac = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}
+    sections: dict[str, dict[str, object]] = {
+        "model": model,
+        "distributed": {
+            "dp_shard": shard,
+            "dp_replicate": replicate,
+            "tp": c.tp,  # DTensor TP with sequence parallelism
+            "pp": c.pp,
+            "pp_schedule": "1f1b",
+            "cp": c.cp,
+            "ep": c.ep,
+        },
+        "train": {
+            "batch_size": c.micro_batch_size,
+            "grad_accum_steps": c.num_microbatches,  # the pipeline's micro-batch count with pp
+            "seq_len": t.seq_len,
+            "activation_checkpointing": ac[c.recompute],
+            "mixed_precision": "fp8" if t.precision is Precision.FP8 else "bf16",
+        },
+    }
+    header = [summary(c, t, seqs, prof), "KempnerForge job config (TOML)"]
+    header += [overlaps.describe(c, A, t), *overlaps.note_lines(overlaps.kempnerforge(c, A, t))]
+    return _toml(header, sections)
