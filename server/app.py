@@ -100,6 +100,8 @@ class PlannerServer:
         self.metrics_port: int | None = None
         self.health_server: grpc.aio.Server | None = None
         self.health_port: int | None = None
+        self.http: Any = None  # server.http.site.HttpSite with settings.http_port
+        self.http_port: int | None = None
         self._trim: Any = None  # the periodic malloc_trim task, once started
         self._close_metrics: Callable[[], None] | None = None
         self._stopped = threading.Event()
@@ -124,6 +126,8 @@ class PlannerServer:
         self._trim = asyncio.run_coroutine_threadsafe(trim_periodically(_TRIM_S), self.loop)
         if self.health_server is not None:
             self._call(self.health_server.start())
+        if self.http is not None:
+            self._call(self.http.start())
         s = self.settings
         if s.metrics_port is not None:
             host = s.metrics_host or s.host
@@ -163,6 +167,8 @@ class PlannerServer:
             self.certificates.reload()
         if self.tokens is not None:
             self.tokens.reload()
+        if self.http is not None:
+            self.http.reload()
 
     # --- on the event loop ------------------------------------------------------------------
 
@@ -173,8 +179,10 @@ class PlannerServer:
         self.server = grpc.aio.server(interceptors=interceptors, options=server_options(s))
         names = list(dict.fromkeys(descriptor.full_name for descriptor, _ in SERVICES))
         unserved = {(d.full_name, m.name) for d, _ in SERVICES for m in d.methods}
+        servicers = []
         for descriptor, factory in SERVICES:
             servicer = factory(self.runtime, self.hooks)
+            servicers.append(servicer)
             handler = service_handler(descriptor, servicer, s.max_request_bytes)
             self.server.add_generic_rpc_handlers((handler,))
             unserved -= {(descriptor.full_name, m) for m in served(descriptor, servicer)}
@@ -204,6 +212,11 @@ class PlannerServer:
             self.health_port = self.health_server.add_insecure_port(where)
             if self.health_port == 0:
                 raise OSError(f"cannot listen on {where}")
+        if s.http_port is not None:  # the same servicers, as JSON over HTTP, and the page
+            from meshplan.server.http.site import HttpSite
+
+            self.http = HttpSite(s, self.runtime, servicers, self.tokens)
+            self.http_port = self.http.bind()
         return port
 
     def _runner(self) -> SolveRunner:
@@ -225,6 +238,8 @@ class PlannerServer:
         self.health.drain()
         self.runtime.draining = True
         await self.server.stop(grace)
+        if self.http is not None:
+            await self.http.stop()
         if self.health_server is not None:
             await self.health_server.stop(0)
         self.runtime.runner.close()
@@ -289,6 +304,8 @@ def serve(settings: Settings, ready: threading.Event | None = None) -> int:
             "on" if settings.auth_token_file else "off",
             f", metrics on :{server.metrics_port}" if server.metrics_port is not None else "",
         )
+        if server.http_port is not None:
+            log.info("serving JSON over HTTP and the planner page on :%d", server.http_port)
         if server.health_port is not None:
             log.info("serving grpc.health.v1 alone, in plaintext, on :%d", server.health_port)
         if ready is not None:

@@ -197,6 +197,13 @@ class Settings(BaseSettings):
         description="Bearer tokens, one per line (path); set: every meshplan.v1 call needs one.",
     )
     reflection: bool = Field(default=True, description="Serve gRPC server reflection.")
+    http_port: int | None = Field(
+        default=None,
+        description="Also answer JSON over HTTP (the same calls, limits, TLS and tokens) and "
+        "serve the planner page at / on this port (unset: off; 0: any free port).",
+        ge=0,
+        le=65535,
+    )
     health_port: int | None = Field(
         default=None,
         description="Also serve grpc.health.v1 alone, in plaintext, on this port (unset: off; "

@@ -1,0 +1,288 @@
+"""The HTTP site: an aiohttp application on the gRPC server's event loop.
+
+aiohttp (https://docs.aiohttp.org) is an asyncio server, so the site shares the loop, the
+Runtime and the servicers of server.app.PlannerServer: no second thread, no second copy of any
+limit. Routes come from the Planner service's descriptor (`POST /v1/<method-in-kebab-case>`,
+`GET /v1/catalog`), so a new RPC answers over HTTP without a line here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import socket
+import ssl
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+from aiohttp import web
+from google.protobuf import message_factory
+from google.protobuf.descriptor import MethodDescriptor
+
+from meshplan.server.auth import TokenSet, bearer
+from meshplan.server.handlers import served
+from meshplan.server.http.calls import (
+    TIMEOUT,
+    Aborted,
+    HttpContext,
+    aborted_response,
+    error_body,
+    error_response,
+    parse_timeout,
+)
+from meshplan.server.http.messages import JsonProblem, message_from_json, message_to_json
+from meshplan.server.http.page import Page
+from meshplan.server.limits import REQUEST_ID_KEY, CallState, RpcFailure
+from meshplan.server.requests import bad, request_cap, tolerant
+from meshplan.server.runtime import Runtime
+from meshplan.server.settings import Settings
+from meshplan.v1 import planner_pb2
+
+log = logging.getLogger("meshplan.server")
+
+PLANNER = planner_pb2.DESCRIPTOR.services_by_name["Planner"]
+JSON_PER_WIRE_BYTE = 4  # a JSON body may be this many times the binary request's cap
+GET_METHODS = {"ListCatalog": "/v1/catalog"}
+NDJSON = "application/x-ndjson"
+
+
+def route_of(method: MethodDescriptor) -> str:
+    """The HTTP path of an RPC: PlanBatch -> /v1/plan-batch (ListCatalog: /v1/catalog)."""
+    return GET_METHODS.get(method.name) or "/v1/" + re.sub(r"(?<!^)([A-Z])", r"-\1", method.name).lower()  # fmt: skip
+
+
+class HttpSite:
+    """JSON over HTTP for every servicer method, and the planner page, on settings.http_port."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        runtime: Runtime,
+        servicers: Sequence[Any],
+        tokens: TokenSet | None,
+    ) -> None:
+        self.settings, self.runtime, self.tokens = settings, runtime, tokens
+        self.tls = ServerTls(settings) if settings.tls_cert and settings.tls_key else None
+        self.page = Page(settings, self.check_token)
+        self.methods: dict[str, tuple[MethodDescriptor, Any]] = {}
+        for method in PLANNER.methods:
+            owner = next((s for s in servicers if method.name in served(PLANNER, s)), None)
+            if owner is not None:
+                self.methods[method.name] = (method, getattr(owner, method.name))
+        largest = max(settings.max_request_bytes, 64 * 1024)
+        self.app = web.Application(client_max_size=JSON_PER_WIRE_BYTE * largest)
+        for name, (method, _) in self.methods.items():
+            verb = "GET" if name in GET_METHODS else "POST"
+            self.app.router.add_route(verb, route_of(method), self._handler(name))
+        self.page.add_routes(self.app.router)
+        self._sock: socket.socket | None = None
+        self._runner: web.AppRunner | None = None
+
+    # --- lifecycle (on the server's event loop, but bind) -----------------------------------
+
+    def bind(self) -> int:
+        """Bind the listening socket now (so the port is known before start); its port."""
+        self._sock = _bind(self.settings.host, self.settings.http_port or 0)
+        return int(self._sock.getsockname()[1])
+
+    async def start(self) -> None:
+        """Serve on the bound socket."""
+        # handler_cancellation: a client that goes away cancels its call, as over gRPC
+        self._runner = web.AppRunner(
+            self.app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+        )
+        await self._runner.setup()
+        context = self.tls.context if self.tls is not None else None
+        assert self._sock is not None
+        await web.SockSite(self._runner, self._sock, ssl_context=context).start()
+
+    async def stop(self) -> None:
+        """Close the site (calls in flight have been drained by the runtime already)."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+        elif self._sock is not None:
+            self._sock.close()
+
+    def reload(self) -> None:
+        """Read the certificates again at the next handshake (SIGHUP)."""
+        if self.tls is not None:
+            self.tls.reload()
+
+    # --- calls ------------------------------------------------------------------------------
+
+    def check_token(self, request: web.Request, name: str) -> web.Response | None:
+        """None if the call may go on; else the 401 answer (the request is not read)."""
+        if self.tokens is None:
+            return None
+        token = bearer(((k.lower(), v) for k, v in request.headers.items()))
+        if self.tokens.valid(token):
+            return None
+        context = HttpContext(request, None)
+        self.runtime.refused(f"/{PLANNER.full_name}/{name}", context.peer())
+        why = "a bearer token is required" if not token else "the bearer token is not valid"
+        return error_response(grpc.StatusCode.UNAUTHENTICATED, why, [])
+
+    def _handler(self, name: str) -> Any:
+        method, call = self.methods[name]
+        request_cls = message_factory.GetMessageClass(method.input_type)
+        wire_cap = request_cap(request_cls, self.settings.max_request_bytes)
+        wire = tolerant(request_cls, wire_cap)
+        streaming = method.server_streaming
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            refusal = self.check_token(request, name)
+            if refusal is not None:
+                return refusal
+            try:
+                timeout = parse_timeout(request.headers.get(TIMEOUT) or request.query.get(TIMEOUT))  # fmt: skip
+            except RpcFailure as err:
+                return error_response(err.code, err.message, err.violations)
+            context = HttpContext(request, timeout)
+            try:
+                body = await request.read()
+                if len(body) > JSON_PER_WIRE_BYTE * wire_cap:
+                    return _too_large(len(body), JSON_PER_WIRE_BYTE * wire_cap)
+                try:
+                    message = wire(message_from_json(body, request_cls).SerializeToString())
+                except JsonProblem as problem:  # refused as the servicer refuses bad bytes
+                    return await self._refuse(name, context, problem)
+                if streaming:
+                    return await self._stream(request, context, call(message, context))
+                answer = await call(message, context)
+            except Aborted as err:
+                return aborted_response(err)
+            finally:
+                context.done()
+            return _json(message_to_json(answer), context.request_id())
+
+        return handle
+
+    async def _refuse(self, name: str, context: HttpContext, problem: JsonProblem) -> web.Response:
+        """A body that is not the method's message: INVALID_ARGUMENT naming the field, through
+        the runtime like any call (admitted, logged, counted)."""
+
+        async def body(request: Any, call: CallState) -> None:
+            bad(problem.field, problem.description)
+
+        try:
+            await self.runtime.unary(name, context, problem, body)  # type: ignore[arg-type]
+        except Aborted as err:
+            return aborted_response(err)
+        raise AssertionError("a refused call returned")  # pragma: no cover
+
+    async def _stream(
+        self, request: web.Request, context: HttpContext, answers: Any
+    ) -> web.StreamResponse:
+        """A server stream as JSON lines; the status waits for the first answer, so a call
+        refused before any answer gets its own status; one refused later ends with an
+        {"error": ...} line."""
+        try:
+            try:
+                first = await answers.__anext__()
+            except StopAsyncIteration:
+                first = None
+            response = web.StreamResponse(
+                headers={"Content-Type": NDJSON, REQUEST_ID_KEY: context.request_id()}
+            )
+            await response.prepare(request)
+            if first is not None:
+                await response.write(_line(message_to_json(first)))
+                try:
+                    async for answer in answers:
+                        await response.write(_line(message_to_json(answer)))
+                except Aborted as err:
+                    body = error_body(err.code, err.message, err.violations, err.request_id)
+                    await response.write(_line(body))
+            await response.write_eof()
+            return response
+        finally:
+            await answers.aclose()
+
+
+def _json(data: Any, request_id: str) -> web.Response:
+    headers = {REQUEST_ID_KEY: request_id} if request_id else {}
+    return web.Response(
+        body=json.dumps(data, separators=(",", ":")).encode(),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def _line(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode() + b"\n"
+
+
+def _too_large(size: int, cap: int) -> web.Response:
+    return error_response(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"the request body is {size:,} bytes, more than the {cap:,} this call may hold",
+        [],
+    )
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port ('[::]': every address, IPv4 too where it can)."""
+    name = host.strip("[]") or "::"
+    try:
+        if name == "::":
+            return socket.create_server(
+                ("::", port), family=socket.AF_INET6, dualstack_ipv6=socket.has_dualstack_ipv6()
+            )
+        family, _, _, _, address = socket.getaddrinfo(
+            name, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        return socket.create_server(address, family=family)
+    except OSError as err:
+        raise OSError(f"cannot listen on {host}:{port} for HTTP: {err}") from err
+
+
+class ServerTls:
+    """The gRPC port's certificate, key and client CA as an ssl context; re-read at the first
+    handshake after a file changed or reload() (SIGHUP), as the gRPC port does, so a rotation
+    never drops the connections already open."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.cert, self.key, self.client_ca = settings.tls_cert, settings.tls_key, settings.tls_client_ca  # fmt: skip
+        self.current = self._read()  # raises at start on a bad file
+        self._stamp = self._stamps()
+        self._forced = False
+        self.context = self._read()
+        self.context.sni_callback = self._handshake
+
+    def _paths(self) -> list[str]:
+        return [p for p in (self.cert, self.key, self.client_ca) if p]
+
+    def _stamps(self) -> tuple[tuple[int, int], ...]:
+        return tuple((st.st_mtime_ns, st.st_size) for st in map(os.stat, self._paths()))
+
+    def _read(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        assert self.cert and self.key
+        context.load_cert_chain(self.cert, self.key)
+        if self.client_ca:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(self.client_ca)
+        return context
+
+    def reload(self) -> None:
+        self._forced = True
+
+    def _handshake(self, connection: Any, server_name: str | None, context: Any) -> None:
+        """Called at every handshake (with or without SNI): hand the connection the newest
+        certificates."""
+        try:
+            stamp = self._stamps()
+        except OSError:
+            stamp = self._stamp  # a file being replaced: keep the certificates in force
+        if stamp != self._stamp or self._forced:
+            self._forced, self._stamp = False, stamp
+            try:
+                self.current = self._read()
+                log.info("HTTP TLS certificates reloaded from %s", ", ".join(self._paths()))
+            except (OSError, ValueError, ssl.SSLError) as err:
+                log.error("keeping the HTTP certificates in force: cannot reload them: %s", err)
+        connection.context = self.current
