@@ -67,7 +67,11 @@ COMMANDS: tuple[Command, ...] = (
         "cmd_catalog",
     ),
     Command(
-        "serve", "run the gRPC server", "meshplan.server.cli", "add_serve_arguments", "run_serve"
+        "serve",
+        "run the gRPC server (and with --http-port, JSON over HTTP and the planner page)",
+        "meshplan.tools.cli.serve",
+        "add_serve_arguments",
+        "run_serve",
     ),
     Command(
         "batch",

@@ -1,0 +1,606 @@
+// The planner page: a form over the /v1 JSON calls of this server, its state in the URL.
+import { COLORS, curveChart, fmt, frontChart, html, seconds, stackedBar } from "./charts.js";
+
+const $ = (id) => document.getElementById(id);
+const GiB = 2 ** 30;
+const PINS = ["tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size",
+  "num_microbatches", "zero_stage", "recompute", "sequence_parallel"];
+const TENANTS = [["weights", "weights"], ["gradients", "gradients"], ["optimizer", "optimizer state"],
+  ["activations", "activations"], ["reserve", "reserve (CUDA, NCCL, fragmentation)"]];
+const PARTS = [["compute_s", "compute"], ["recompute_s", "recompute"], ["tp_comm_s", "TP comm"],
+  ["cp_comm_s", "CP comm"], ["ep_comm_s", "EP all-to-all"], ["pp_comm_s", "PP sends"],
+  ["dp_comm_s", "DP/FSDP comm"], ["bubble_s", "pipeline bubble"], ["optimizer_s", "optimizer step"]];
+const AXES = [["tp", "tp"], ["pp", "pp"], ["virtual_stages", "virtual stages"], ["dp", "dp"],
+  ["cp", "cp"], ["ep", "ep"], ["etp", "expert tp"], ["micro_batch_size", "micro-batch"],
+  ["num_microbatches", "micro-batches"], ["zero_stage", "ZeRO"], ["recompute", "recompute"],
+  ["sequence_parallel", "seq. parallel"]];
+
+const state = { meta: null, catalog: null, hfSpec: null, plan: null, planReq: null, drawn: {} };
+
+// --- calls ----------------------------------------------------------------------------------
+
+async function call(path, body, query = "") {
+  const headers = { "Content-Type": "application/json" };
+  const token = $("token").value.trim();
+  if (token) headers.Authorization = "Bearer " + token;
+  let response;
+  try {
+    response = await fetch(path + query, {
+      method: body === undefined ? "GET" : "POST",
+      headers,
+      body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
+    });
+  } catch (err) {
+    return { ok: false, error: { status: "UNAVAILABLE", message: "the server did not answer: " + err.message } };
+  }
+  const data = await response.json().catch(() => ({}));
+  if (response.ok) return { ok: true, data };
+  const error = data.error || { status: String(response.status), message: response.statusText };
+  const violations = (error.details || []).flatMap((d) => d.field_violations || []);
+  return { ok: false, error: { ...error, violations } };
+}
+
+const strip = (value, prefix) => (typeof value === "string" ? value.replace(prefix, "") : value);
+const num = (value) => Number(value || 0);
+
+// --- the form and the URL -------------------------------------------------------------------
+
+function fillSelect(select, values, labels = values) {
+  select.replaceChildren();
+  values.forEach((v, i) => html("option", { value: v }, select, labels[i]));
+}
+
+function readForm() {
+  const f = {
+    model: $("model").value, gpu: $("gpu").value, gpus: $("gpus").value, gpn: $("gpn").value,
+    seq: $("seq").value, gbt: $("gbt").value, fw: $("framework").value, prec: $("precision").value,
+    topk: $("topk").value, fewer: $("fewer").checked ? "1" : "",
+  };
+  for (const p of PINS) f[p] = $("pin-" + p).value;
+  return f;
+}
+
+function writeForm(f) {
+  const set = (id, v) => { if (v !== undefined && v !== null) $(id).value = v; };
+  if (f.model && [...$("model").options].some((o) => o.value === f.model)) $("model").value = f.model;
+  set("gpu", f.gpu); set("gpus", f.gpus); set("gpn", f.gpn); set("seq", f.seq); set("gbt", f.gbt);
+  set("framework", f.fw); set("precision", f.prec); set("topk", f.topk);
+  $("fewer").checked = f.fewer === "1";
+  for (const p of PINS) set("pin-" + p, f[p] ?? "");
+  if (PINS.some((p) => f[p])) $("pins-box").open = true;
+}
+
+function toHash(view) {
+  const f = readForm();
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(f)) if (v !== "" && v !== undefined) q.set(k, v);
+  if (f.model === "hf" && state.hfSpec) q.set("spec", JSON.stringify(state.hfSpec));
+  q.set("v", view || currentView());
+  const types = checkedTypes();
+  if (types.length) q.set("cmp", types.join(","));
+  if ($("curve-max").value !== "256") q.set("max", $("curve-max").value);
+  if ($("front-budget").value) q.set("budget", $("front-budget").value);
+  const prices = [...document.querySelectorAll("#front-prices input")].filter((i) => i.value).map((i) => `${i.dataset.gpu}:${i.value}`);
+  if (prices.length) q.set("prices", prices.join(","));
+  return "#" + q.toString();
+}
+
+function saveHash(view) {
+  history.replaceState(null, "", toHash(view));
+}
+
+function fromHash() {
+  const q = new URLSearchParams(location.hash.slice(1));
+  const f = Object.fromEntries(q.entries());
+  if (f.spec) {
+    try { state.hfSpec = JSON.parse(f.spec); } catch { state.hfSpec = null; }
+  }
+  return f;
+}
+
+function modelSpec() {
+  if ($("model").value === "hf") return state.hfSpec || {};
+  return { preset: $("model").value };
+}
+
+function intOrText(value) {
+  // a number as a number; anything else as typed, for the server to name the field
+  if (value === "" || value === undefined) return undefined;
+  const n = Number(value);
+  return Number.isFinite(n) ? n : value;
+}
+
+function prune(obj) {
+  for (const k of Object.keys(obj)) {
+    if (obj[k] === undefined) delete obj[k];
+    else if (obj[k] && typeof obj[k] === "object" && !Array.isArray(obj[k])) {
+      prune(obj[k]);
+      if (!Object.keys(obj[k]).length) delete obj[k];
+    }
+  }
+  return obj;
+}
+
+function training() {
+  return {
+    seq_len: intOrText($("seq").value),
+    framework: $("framework").value || undefined,
+    precision: $("precision").value || undefined,
+  };
+}
+
+function pins({ withDp = true } = {}) {
+  const s = {};
+  for (const p of PINS) {
+    const v = $("pin-" + p).value;
+    if (v === "" || (!withDp && p === "dp")) continue;
+    s[p] = p === "recompute" ? v : p === "sequence_parallel" ? v === "true" : intOrText(v);
+  }
+  return s;
+}
+
+function planRequest() {
+  const search = pins();
+  if ($("fewer").checked) search.allow_fewer_gpus = true;
+  return prune({
+    model: modelSpec(),
+    cluster: { gpu: $("gpu").value, num_gpus: intOrText($("gpus").value), gpus_per_node: intOrText($("gpn").value) },
+    training: { ...training(), global_batch_tokens: intOrText($("gbt").value) },
+    search,
+    options: { top_k: intOrText($("topk").value) },
+  });
+}
+
+// --- errors ---------------------------------------------------------------------------------
+
+function clearErrors() {
+  $("form-error").hidden = true;
+  document.querySelectorAll(".invalid").forEach((n) => n.classList.remove("invalid"));
+  document.querySelectorAll(".field-error").forEach((n) => n.remove());
+}
+
+function fieldInput(field) {
+  let node = document.querySelector(`[data-field="${field}"]`);
+  if (!node && field.startsWith("model.")) node = $("model").value === "hf" ? $("hf") : $("model");
+  return node;
+}
+
+function showError(error, where = $("form-error")) {
+  const lines = error.violations && error.violations.length
+    ? error.violations.map((v) => `${v.field}: ${v.description}`)
+    : [`${error.status}: ${error.message}`];
+  where.textContent = lines.join("\n");
+  where.hidden = false;
+  for (const v of error.violations || []) {
+    const input = fieldInput(v.field);
+    if (!input) continue;
+    input.classList.add("invalid");
+    const note = html("span", { class: "field-error", "data-error-for": v.field }, null, `${v.field}: ${v.description}`);
+    input.insertAdjacentElement("afterend", note);
+  }
+}
+
+// --- the plan -------------------------------------------------------------------------------
+
+function layoutText(c) {
+  if (!c) return "";
+  const parts = [`tp${c.tp}`, `pp${c.pp}`];
+  if (c.virtual_stages > 1) parts.push(`v${c.virtual_stages}`);
+  parts.push(`dp${c.dp}`);
+  if (c.cp > 1) parts.push(`cp${c.cp}`);
+  if (c.ep > 1) parts.push(`ep${c.ep}`);
+  parts.push(`mbs${c.micro_batch_size}`, `M${c.num_microbatches}`, `ZeRO-${c.zero_stage}`);
+  const r = strip(c.recompute, "RECOMPUTE_");
+  if (r && r !== "NONE") parts.push(`recompute ${r}`);
+  if (c.sequence_parallel) parts.push("SP");
+  return parts.join(" ");
+}
+
+function renderLayout(c) {
+  const box = $("layout");
+  box.replaceChildren();
+  for (const [key, label] of AXES) {
+    let v = c[key];
+    if (key === "etp" && (v === c.tp || !c.ep || c.ep <= 1)) continue;
+    if (key === "recompute") v = strip(v, "RECOMPUTE_");
+    if (key === "sequence_parallel") v = v ? "on" : "off";
+    const chip = html("div", { class: "chip", "data-axis": key }, box);
+    html("span", { class: "k" }, chip, label);
+    html("span", { class: "v" }, chip, String(v));
+  }
+}
+
+function renderMemory(m) {
+  const hbm = num(m.hbm), total = num(m.total), reserve = num(m.reserve);
+  const parts = TENANTS.map(([key, label], i) => ({ key, label, value: num(m[key]), color: COLORS[i === 4 ? 4 : i] }));
+  $("memory-stage").textContent = `${(total / GiB).toFixed(1)} of ${(hbm / GiB).toFixed(1)} GiB HBM, on the ${m.stage || "most loaded"} stage`;
+  stackedBar($("memory-chart"), parts, {
+    max: Math.max(hbm, total) * 1.02,
+    unit: (v) => (v / GiB).toFixed(1) + " GiB",
+    marks: [
+      { at: hbm - reserve, label: `usable ${((hbm - reserve) / GiB).toFixed(0)} GiB`, cls: "usable" },
+      { at: hbm, label: `HBM ${(hbm / GiB).toFixed(0)} GiB`, cls: "hbm" },
+    ],
+  });
+}
+
+function renderTime(p) {
+  const b = p.breakdown || {};
+  const parts = PARTS.map(([key, label], i) => ({ key, label, value: num(b[key]), color: COLORS[i % COLORS.length] }));
+  const sum = parts.reduce((s, q) => s + q.value, 0);
+  $("time-total").textContent = `step ${seconds(num(p.step_time_s))}`;
+  stackedBar($("time-chart"), parts, { max: Math.max(sum, num(p.step_time_s)), unit: seconds });
+}
+
+function renderAlternatives(plan) {
+  const body = $("alternatives").querySelector("tbody");
+  body.replaceChildren();
+  const best = num(plan.performance.tokens_per_s);
+  for (const a of plan.alternatives || []) {
+    const tr = html("tr", {}, body);
+    const tps = num(a.performance.tokens_per_s);
+    html("td", {}, tr, layoutText(a.config));
+    html("td", {}, tr, fmt(tps));
+    const gap = (tps / best - 1) * 100;
+    html("td", {}, tr, Math.abs(gap) < 0.005 ? "same" : `${gap > 0 ? "+" : "−"}${Math.abs(gap).toFixed(2)}%`);
+    html("td", {}, tr, `${(num(a.memory.total) / GiB).toFixed(1)} GiB`);
+    html("td", {}, tr, strip(a.binding_wall, "WALL_"));
+  }
+  if (!(plan.alternatives || []).length) html("td", { colspan: 5, class: "note" }, html("tr", {}, body), "none asked (Alternatives: 0) or none distinct");
+}
+
+function findBand(obj, path = "") {
+  // the expected error band of a prediction, wherever an answer carries one
+  for (const [k, v] of Object.entries(obj || {})) {
+    if (/band/.test(k) && v !== null && v !== "" && v !== 0 && typeof v !== "object") return `${path}${k}: ${typeof v === "number" ? fmt(v) : v}`;
+    if (/band/.test(k) && v && typeof v === "object") return `${path}${k}: ${JSON.stringify(v)}`;
+    if (v && typeof v === "object" && !Array.isArray(v) && k !== "alternatives") {
+      const found = findBand(v, `${path}${k}.`);
+      if (found) return found;
+    }
+  }
+  return null;
+}
+
+function renderPlan(plan, req, elapsedMs) {
+  state.plan = plan;
+  state.planReq = req;
+  state.drawn = {};
+  $("plan-empty").hidden = true;
+  $("plan-result").hidden = false;
+  const status = strip(plan.status, "PLAN_STATUS_");
+  const s = $("summary");
+  s.replaceChildren();
+  html("span", { class: "status " + status, id: "status" }, s, status);
+  const solver = plan.solver || {};
+  if (status === "INFEASIBLE") {
+    $("feasible").hidden = true;
+    $("infeasible").hidden = false;
+    const e = plan.explanation || {};
+    $("infeasible-reason").textContent = e.reason || "no layout fits";
+    const fix = $("infeasible-fix");
+    fix.replaceChildren();
+    if (num(e.min_gpus) > 0) {
+      html("span", {}, fix, `The smallest cluster that fits: ${e.min_gpus} GPUs. `);
+      const b = html("button", { type: "button", id: "use-min" }, fix, `Plan on ${e.min_gpus} GPUs`);
+      b.addEventListener("click", () => { $("gpus").value = e.min_gpus; submitPlan(); });
+    } else {
+      fix.textContent = "No GPU count of this type fits this model with these pins.";
+    }
+  } else {
+    $("feasible").hidden = false;
+    $("infeasible").hidden = true;
+    const p = plan.performance;
+    html("span", { class: "big", id: "tokens" }, s, `${fmt(num(p.tokens_per_s))} tokens/s`);
+    html("span", {}, s, `MFU ${(num(p.mfu) * 100).toFixed(1)}%`);
+    html("span", {}, s, `step ${seconds(num(p.step_time_s))}`);
+    html("span", {}, s, `${fmt(num(p.global_batch_tokens))} tokens a step`);
+    html("span", {}, s, `${p.num_gpus_used} of ${req.cluster.num_gpus} GPUs`);
+    renderLayout(plan.config);
+    renderMemory(plan.memory);
+    renderTime(p);
+    const wall = strip(plan.binding_wall, "WALL_");
+    $("wall-name").textContent = wall;
+    $("wall-text").textContent = (state.meta.walls || {})[wall] || "";
+    const w = $("warnings");
+    w.replaceChildren();
+    for (const text of plan.warnings || []) html("li", {}, w, text);
+    $("batch").textContent = plan.batch && plan.batch.reason ? "Batch: " + plan.batch.reason : "";
+    const band = findBand(plan);
+    $("band").hidden = !band;
+    $("band").textContent = band ? "Expected error band: " + band : "";
+    renderAlternatives(plan);
+    loadExport();
+  }
+  $("solver").textContent = `CP-SAT ${solver.status || ""} · gap ${num(solver.gap).toPrecision(2)} · solved in ${seconds(num(solver.wall_time_s))}` +
+    (solver.num_variables ? ` · ${solver.num_variables} variables` : "") + ` · answered in ${elapsedMs.toFixed(0)} ms`;
+}
+
+async function loadExport() {
+  const pre = $("export");
+  if (!state.meta.export_kinds.length) {
+    pre.textContent = "The export is not available on this server (start it with `meshplan serve`).";
+    return;
+  }
+  const kind = $("export-kind").value;
+  const req = state.planReq;
+  pre.textContent = "…";
+  const r = await call("/page/export", { model: req.model, cluster: req.cluster, training: req.training, config: state.plan.config }, "?kind=" + encodeURIComponent(kind));
+  pre.textContent = r.ok ? r.data.text : `${kind} cannot take this plan: ${(r.error.violations[0] || r.error).description || r.error.message}`;
+}
+
+async function submitPlan() {
+  clearErrors();
+  const req = planRequest();
+  saveHash("plan");
+  showView("plan", false);
+  $("plan").disabled = true;
+  $("busy").hidden = false;
+  const started = performance.now();
+  const r = await call("/v1/plan", req);
+  $("plan").disabled = false;
+  $("busy").hidden = true;
+  if (!r.ok) {
+    showError(r.error);
+    return false;
+  }
+  renderPlan(r.data, req, performance.now() - started);
+  document.body.dataset.planMs = String(performance.now() - started);
+  return true;
+}
+
+// --- the scaling curve and the cost front ---------------------------------------------------
+
+function checkedTypes() {
+  return [...document.querySelectorAll("#curve-types input:checked")].map((i) => i.value);
+}
+
+function batchPolicy() {
+  const gbt = Number($("gbt").value);
+  if (gbt > 0) return { kind: "FIXED_GLOBAL", global_batch_tokens: gbt };
+  const p = state.plan && state.plan.performance;
+  if (p && num(p.global_batch_tokens) > 0) return { kind: "FIXED_GLOBAL", global_batch_tokens: num(p.global_batch_tokens) };
+  return { kind: "FREE" };
+}
+
+function schedulerRequest(extra = {}) {
+  const types = [$("gpu").value, ...checkedTypes().filter((g) => g !== $("gpu").value)];
+  const max = Math.max(1, Number($("curve-max").value) || 256);
+  const counts = [];
+  for (let n = 1; n <= max; n *= 2) counts.push(n);
+  const asked = Number($("gpus").value);
+  if (asked > 0 && asked <= max && !counts.includes(asked)) counts.push(asked);
+  counts.sort((a, b) => a - b);
+  const gpn = intOrText($("gpn").value);
+  return prune({
+    model: modelSpec(),
+    training: training(),
+    search: pins({ withDp: false }),
+    options: { cell_time_limit_s: 5 },
+    clusters: types.map((gpu) => ({ gpu, gpus_per_node: gpu === $("gpu").value ? gpn : undefined, ...(extra[gpu] || {}) })),
+    grid: { counts },
+    batch: batchPolicy(),
+  });
+}
+
+function cellTip(name, c) {
+  const planned = c.status === "CELL_STATUS_PLANNED";
+  if (!planned) return `${name} · ${c.num_gpus} GPUs: ${strip(c.status, "CELL_STATUS_").replace(/_/g, " ").toLowerCase()}\n${c.reason}`;
+  return `${name} · ${c.num_gpus} GPUs (${c.num_gpus_used} used)\n${layoutText(c.config)}\n${fmt(c.goodput_tokens_per_s)} tokens/s · MFU ${(c.mfu * 100).toFixed(1)}% · wall ${strip(c.binding_wall, "WALL_")}`;
+}
+
+async function drawCurve() {
+  const req = schedulerRequest();
+  const key = JSON.stringify(req);
+  if (state.drawn.curve === key) return;
+  $("curve-note").textContent = "planning every cell…";
+  const r = await call("/v1/scaling-curve", req);
+  if (!r.ok) {
+    showError(r.error, $("curve-note"));
+    $("curve-note").classList.add("error");
+    return;
+  }
+  $("curve-note").classList.remove("error");
+  state.drawn.curve = key;
+  const data = r.data;
+  const series = data.clusters.map((k) => {
+    const cells = data.cells.filter((c) => c.cluster === k.cluster).sort((a, b) => a.num_gpus - b.num_gpus);
+    return {
+      name: k.cluster,
+      knee: k.knee_gpus || 0,
+      cells: cells.map((c) => ({ x: c.num_gpus, y: c.goodput_tokens_per_s, low: c.band_low_tokens_per_s, high: c.band_high_tokens_per_s, planned: c.status === "CELL_STATUS_PLANNED", tip: cellTip(k.cluster, c) })),
+      envelope: cells.filter((c) => c.envelope_goodput_tokens_per_s > 0).map((c) => ({ x: c.num_gpus, y: c.envelope_goodput_tokens_per_s })),
+    };
+  });
+  const policy = req.batch.kind === "FREE" ? "the planner's batch in each cell" : `${fmt(req.batch.global_batch_tokens)} tokens a step in every cell`;
+  $("curve-note").textContent = `Throughput against GPUs, ${policy}; the knee is where the envelope gains under ${(data.knee_gain * 100).toFixed(0)}% per doubling. ${data.band_source || ""}`;
+  curveChart($("curve-chart"), series, { yLabel: "tokens/s" });
+  const body = $("curve-table").querySelector("tbody");
+  body.replaceChildren();
+  for (const k of data.clusters) {
+    const tr = html("tr", { "data-cluster": k.cluster }, body);
+    html("td", {}, tr, k.cluster);
+    html("td", {}, tr, k.min_feasible_gpus ? String(k.min_feasible_gpus) : "none");
+    html("td", {}, tr, String(k.scale_unit_gpus || "–"));
+    html("td", { class: "knee-cell" }, tr, k.knee_gpus ? String(k.knee_gpus) : "none");
+    html("td", {}, tr, k.largest_useful_gpus ? `${k.largest_useful_gpus}: ${k.largest_useful_reason}` : "–");
+    html("td", {}, tr, fmt(k.peak_goodput_tokens_per_s));
+  }
+}
+
+function prices() {
+  const out = {};
+  for (const input of document.querySelectorAll("#front-prices input")) {
+    if (input.value) out[input.dataset.gpu] = { price_per_gpu_hour: intOrText(input.value) };
+  }
+  return out;
+}
+
+async function drawFront() {
+  const extra = prices();
+  const req = schedulerRequest(extra);
+  let budget = Number($("front-budget").value);
+  if (!(budget > 0)) budget = 20 * num(state.plan && state.plan.num_parameters && state.plan.num_parameters.active) || 1e12;
+  req.token_budget = Math.round(budget);
+  const key = JSON.stringify(req);
+  if (state.drawn.front === key) return;
+  $("front-note").textContent = "planning every cell…";
+  const r = await call("/v1/training-front", req);
+  if (!r.ok) {
+    showError(r.error, $("front-note"));
+    $("front-note").classList.add("error");
+    return;
+  }
+  $("front-note").classList.remove("error");
+  state.drawn.front = key;
+  const data = r.data;
+  const yKey = data.priced ? "cost" : "gpu_hours";
+  const types = req.clusters.map((c) => c.gpu);
+  const points = data.points.map((p) => ({ ...p, tip: `${p.cluster} · ${p.num_gpus} GPUs\n${layoutText(p.config)}\n${p.days.toPrecision(3)} days · ${fmt(p.gpu_hours)} GPU-hours${data.priced ? ` · cost ${fmt(p.cost)}` : ""}` }));
+  $("front-note").textContent = `${fmt(num(data.token_budget))} tokens: days against ${data.priced ? "cost" : "GPU-hours (give every type a price for the cost front)"}.`;
+  frontChart($("front-chart"), points, { yKey, yLabel: data.priced ? "cost" : "GPU-hours", types });
+  const body = $("front-table").querySelector("tbody");
+  body.replaceChildren();
+  const onFront = data.priced ? "on_front_cost" : "on_front_gpu_hours";
+  for (const p of points.filter((q) => q[onFront])) {
+    const tr = html("tr", {}, body);
+    for (const v of [p.cluster, p.num_gpus_used, layoutText(p.config), p.days.toPrecision(3), fmt(p.gpu_hours), data.priced ? fmt(p.cost) : "–", "yes"]) html("td", {}, tr, String(v));
+  }
+}
+
+// --- views ----------------------------------------------------------------------------------
+
+function currentView() {
+  return document.querySelector(".tabs [aria-selected=true]").dataset.view;
+}
+
+async function showView(view, draw = true) {
+  for (const b of document.querySelectorAll(".tabs button")) b.setAttribute("aria-selected", String(b.dataset.view === view));
+  for (const v of ["plan", "curve", "front"]) $("view-" + v).hidden = v !== view;
+  saveHash(view);
+  if (!draw) return;
+  if (view === "curve") await drawCurve();
+  if (view === "front") await drawFront();
+}
+
+function typeBoxes() {
+  const box = $("curve-types"), prices = $("front-prices");
+  box.replaceChildren();
+  prices.replaceChildren();
+  for (const g of state.catalog.gpus) {
+    const l = html("label", {}, box);
+    const input = html("input", { type: "checkbox", value: g.name }, l);
+    input.addEventListener("change", () => saveHash());
+    l.append(g.name);
+    const p = html("label", {}, prices, g.name + " ");
+    html("input", { type: "number", step: "0.01", min: "0", "data-gpu": g.name, placeholder: "–" }, p).addEventListener("change", () => saveHash());
+  }
+}
+
+function describeModel() {
+  const box = $("model-shape");
+  const name = $("model").value;
+  $("hf-box").hidden = name !== "hf";
+  const m = name === "hf" ? state.hfSpec : state.catalog.models.find((x) => x.name === name);
+  if (!m) { box.textContent = name === "hf" ? "Paste a config.json and read it." : ""; return; }
+  let text = `${m.num_layers} layers · hidden ${m.hidden_size} · ${m.num_attention_heads}/${m.num_kv_heads} heads · ffn ${m.ffn_hidden_size} · vocab ${m.vocab_size}`;
+  if (m.moe && m.moe.num_experts) text += ` · ${m.moe.num_experts} experts, top-${m.moe.top_k}`;
+  if (m.published_params_b) text += ` · ${m.published_params_b}B parameters`;
+  box.textContent = text;
+}
+
+async function readHf() {
+  clearErrors();
+  const r = await call("/page/hf-config", $("hf").value);
+  if (!r.ok) { showError(r.error); return; }
+  state.hfSpec = r.data.model;
+  describeModel();
+  saveHash();
+}
+
+async function init() {
+  const [meta, catalog] = await Promise.all([call("/page/meta"), call("/v1/catalog")]);
+  if (!meta.ok) { showError(meta.error); return; }
+  state.meta = meta.data;
+  $("token-box").hidden = !state.meta.tokens;
+  $("token").value = sessionStorage.getItem("meshplan-token") || "";
+  $("token").addEventListener("change", () => { sessionStorage.setItem("meshplan-token", $("token").value); boot(); });
+  fillSelect($("framework"), state.meta.enums.Framework);
+  $("framework").value = "MEGATRON";
+  fillSelect($("precision"), state.meta.enums.Precision);
+  for (const r of state.meta.enums.Recompute) html("option", { value: r }, $("pin-recompute"), r.toLowerCase());
+  fillSelect($("export-kind"), state.meta.export_kinds);
+  state.catalogError = catalog.ok ? null : catalog.error;
+  if (catalog.ok) await boot(catalog.data);
+  else showError(catalog.error);
+}
+
+async function boot(catalog) {
+  if (!catalog) {
+    const r = await call("/v1/catalog");
+    if (!r.ok) { showError(r.error); return; }
+    catalog = r.data;
+  }
+  clearErrors();
+  state.catalog = catalog;
+  const models = catalog.models.map((m) => m.name);
+  fillSelect($("model"), [...models, "hf"], [...models, "Hugging Face config.json…"]);
+  $("model").value = models.includes("llama3-8b") ? "llama3-8b" : models[0];
+  fillSelect($("gpu"), catalog.gpus.map((g) => g.name), catalog.gpus.map((g) => `${g.name} (${g.hbm_gib} GiB)`));
+  $("gpu").value = catalog.gpus.some((g) => g.name === "h100-sxm-80gb") ? "h100-sxm-80gb" : catalog.gpus[0].name;
+  typeBoxes();
+  const f = fromHash();
+  writeForm(f);
+  $("export-kind").value = state.meta.framework_export[$("framework").value] || state.meta.export_kinds[0];
+  for (const g of (f.cmp || "").split(",")) {
+    const box = document.querySelector(`#curve-types input[value="${CSS.escape(g)}"]`);
+    if (box) box.checked = true;
+  }
+  if (f.max) $("curve-max").value = f.max;
+  if (f.budget) $("front-budget").value = f.budget;
+  for (const pair of (f.prices || "").split(",")) {
+    const [g, v] = pair.split(":");
+    const input = document.querySelector(`#front-prices input[data-gpu="${CSS.escape(g || "")}"]`);
+    if (input) input.value = v;
+  }
+  describeModel();
+  document.body.dataset.ready = "1";
+  if (f.gpus && f.model) {
+    const ok = await submitPlan();
+    if (ok && f.v && f.v !== "plan") await showView(f.v);
+  }
+}
+
+$("form").addEventListener("submit", (e) => { e.preventDefault(); submitPlan(); });
+$("model").addEventListener("change", () => { describeModel(); saveHash(); });
+$("framework").addEventListener("change", () => { $("export-kind").value = state.meta.framework_export[$("framework").value] || $("export-kind").value; });
+$("export-kind").addEventListener("change", loadExport);
+$("hf-read").addEventListener("click", readHf);
+$("hf-file").addEventListener("change", async (e) => {
+  const file = e.target.files[0];
+  if (file) { $("hf").value = await file.text(); readHf(); }
+});
+$("copy").addEventListener("click", async () => {
+  const text = $("export").textContent;
+  try { await navigator.clipboard.writeText(text); }
+  catch {
+    const range = document.createRange();
+    range.selectNodeContents($("export"));
+    getSelection().removeAllRanges();
+    getSelection().addRange(range);
+    document.execCommand("copy");
+  }
+  $("copy").textContent = "Copied";
+  setTimeout(() => { $("copy").textContent = "Copy"; }, 1500);
+});
+$("share").addEventListener("click", async () => {
+  saveHash();
+  try { await navigator.clipboard.writeText(location.href); $("share").textContent = "Link copied"; }
+  catch { $("share").textContent = "Link in the address bar"; }
+  setTimeout(() => { $("share").textContent = "Copy link"; }, 1800);
+});
+for (const b of document.querySelectorAll(".tabs button")) b.addEventListener("click", () => showView(b.dataset.view));
+$("curve-go").addEventListener("click", () => { state.drawn.curve = null; drawCurve(); saveHash(); });
+$("front-go").addEventListener("click", () => { state.drawn.front = null; drawFront(); saveHash(); });
+window.addEventListener("hashchange", () => { if (location.hash !== toHash()) boot(state.catalog); });
+init();
