@@ -497,6 +497,11 @@ function typeBoxes() {
   }
 }
 
+function markPlannedType() {
+  // the planned GPU type is always on the curve: its box is not a choice
+  for (const input of document.querySelectorAll("#curve-types input")) input.disabled = input.value === $("gpu").value;
+}
+
 function describeModel() {
   const box = $("model-shape");
   const name = $("model").value;
@@ -564,6 +569,7 @@ async function boot(catalog) {
     if (input) input.value = v;
   }
   describeModel();
+  markPlannedType();
   document.body.dataset.ready = "1";
   if (f.gpus && f.model) {
     const ok = await submitPlan();
@@ -573,6 +579,7 @@ async function boot(catalog) {
 
 $("form").addEventListener("submit", (e) => { e.preventDefault(); submitPlan(); });
 $("model").addEventListener("change", () => { describeModel(); saveHash(); });
+$("gpu").addEventListener("change", markPlannedType);
 $("framework").addEventListener("change", () => { $("export-kind").value = state.meta.framework_export[$("framework").value] || $("export-kind").value; });
 $("export-kind").addEventListener("change", loadExport);
 $("hf-read").addEventListener("click", readHf);

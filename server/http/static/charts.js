@@ -151,8 +151,9 @@ export function curveChart(box, series, { yLabel = "tokens/s" } = {}) {
       const k = el("text", { x: x(s.knee) + 4, y: T + 12 + 14 * i, class: "strong" }, svg, `knee ${s.name}: ${s.knee}`);
       k.dataset.knee = String(s.knee);
     }
+    const nudge = (i - (series.length - 1) / 2) * 7;  // types side by side at one count
     for (const c of s.cells) {
-      const cx = x(c.x);
+      const cx = x(c.x) + nudge;
       const node = c.planned
         ? el("circle", { cx, cy: y(c.y), r: 5, fill: color, class: "dot" }, svg)
         : el("path", { d: `M${cx - 4},${H - B - 8}l8,8m0,-8l-8,8`, stroke: color, "stroke-width": 2, class: "dot" }, svg);
