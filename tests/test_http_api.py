@@ -274,8 +274,10 @@ def test_json_that_is_not_the_message_is_400_naming_the_field(
 
 def test_a_body_past_the_cap_is_refused_unread(server: tuple[str, int]) -> None:
     base, _ = server
-    http = send(f"{base}/v1/plan", b'{"model": {"preset": "' + b"x" * 400_000 + b'"}}')
-    assert http.status == 429 and http.body["error"]["status"] == "RESOURCE_EXHAUSTED"
+    for size in (400_000, 8_000_000):  # past the call's cap; past every call's
+        http = send(f"{base}/v1/plan", b'{"model": {"preset": "' + b"x" * size + b'"}}')
+        assert http.status == 429 and http.body["error"]["status"] == "RESOURCE_EXHAUSTED"
+        assert f"{size + 25:,} bytes" in http.body["error"]["message"]
 
 
 # --- deadlines, streams, metrics ----------------------------------------------------------------

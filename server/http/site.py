@@ -142,7 +142,10 @@ class HttpSite:
                 return error_response(err.code, err.message, err.violations)
             context = HttpContext(request, timeout)
             try:
-                body = await request.read()
+                try:
+                    body = await request.read()
+                except web.HTTPRequestEntityTooLarge:  # past every call's cap: not read whole
+                    return _too_large(request.content_length, JSON_PER_WIRE_BYTE * wire_cap)
                 if len(body) > JSON_PER_WIRE_BYTE * wire_cap:
                     return _too_large(len(body), JSON_PER_WIRE_BYTE * wire_cap)
                 try:
@@ -215,10 +218,11 @@ def _line(data: Any) -> bytes:
     return json.dumps(data, separators=(",", ":")).encode() + b"\n"
 
 
-def _too_large(size: int, cap: int) -> web.Response:
+def _too_large(size: int | None, cap: int) -> web.Response:
+    held = f"is {size:,} bytes, more than" if size else "is more than"
     return error_response(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
-        f"the request body is {size:,} bytes, more than the {cap:,} this call may hold",
+        f"the request body {held} the {cap:,} bytes this call may hold",
         [],
     )
 
