@@ -1,10 +1,11 @@
 // The planner page: a form over the /v1 JSON calls of this server, its state in the URL.
-import { COLORS, curveChart, fmt, frontChart, html, seconds, stackedBar } from "./charts.js";
+import { COLORS, fmt, html, seconds, stackedBar } from "./charts.js";
+import {
+  $, PINS, call, clearErrors, intOrText, layoutText, modelSpec, num, pins, prune, showError, state, strip, training,
+} from "./common.js";
+import { checkedTypes, drawCurve, drawFront } from "./scheduler.js";
 
-const $ = (id) => document.getElementById(id);
 const GiB = 2 ** 30;
-const PINS = ["tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size",
-  "num_microbatches", "zero_stage", "recompute", "sequence_parallel"];
 const TENANTS = [["weights", "weights"], ["gradients", "gradients"], ["optimizer", "optimizer state"],
   ["activations", "activations"], ["reserve", "reserve (CUDA, NCCL, fragmentation)"]];
 const PARTS = [["compute_s", "compute"], ["recompute_s", "recompute"], ["tp_comm_s", "TP comm"],
@@ -14,34 +15,6 @@ const AXES = [["tp", "tp"], ["pp", "pp"], ["virtual_stages", "virtual stages"], 
   ["cp", "cp"], ["ep", "ep"], ["etp", "expert tp"], ["micro_batch_size", "micro-batch"],
   ["num_microbatches", "micro-batches"], ["zero_stage", "ZeRO"], ["recompute", "recompute"],
   ["sequence_parallel", "seq. parallel"]];
-
-const state = { meta: null, catalog: null, hfSpec: null, plan: null, planReq: null, drawn: {} };
-
-// --- calls ----------------------------------------------------------------------------------
-
-async function call(path, body, query = "") {
-  const headers = { "Content-Type": "application/json" };
-  const token = $("token").value.trim();
-  if (token) headers.Authorization = "Bearer " + token;
-  let response;
-  try {
-    response = await fetch(path + query, {
-      method: body === undefined ? "GET" : "POST",
-      headers,
-      body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
-    });
-  } catch (err) {
-    return { ok: false, error: { status: "UNAVAILABLE", message: "the server did not answer: " + err.message } };
-  }
-  const data = await response.json().catch(() => ({}));
-  if (response.ok) return { ok: true, data };
-  const error = data.error || { status: String(response.status), message: response.statusText };
-  const violations = (error.details || []).flatMap((d) => d.field_violations || []);
-  return { ok: false, error: { ...error, violations } };
-}
-
-const strip = (value, prefix) => (typeof value === "string" ? value.replace(prefix, "") : value);
-const num = (value) => Number(value || 0);
 
 // --- the form and the URL -------------------------------------------------------------------
 
@@ -98,46 +71,6 @@ function fromHash() {
   return f;
 }
 
-function modelSpec() {
-  if ($("model").value === "hf") return state.hfSpec || {};
-  return { preset: $("model").value };
-}
-
-function intOrText(value) {
-  // a number as a number; anything else as typed, for the server to name the field
-  if (value === "" || value === undefined) return undefined;
-  const n = Number(value);
-  return Number.isFinite(n) ? n : value;
-}
-
-function prune(obj) {
-  for (const k of Object.keys(obj)) {
-    if (obj[k] === undefined) delete obj[k];
-    else if (obj[k] && typeof obj[k] === "object" && !Array.isArray(obj[k])) {
-      prune(obj[k]);
-      if (!Object.keys(obj[k]).length) delete obj[k];
-    }
-  }
-  return obj;
-}
-
-function training() {
-  return {
-    seq_len: intOrText($("seq").value),
-    framework: $("framework").value || undefined,
-    precision: $("precision").value || undefined,
-  };
-}
-
-function pins({ withDp = true } = {}) {
-  const s = {};
-  for (const p of PINS) {
-    const v = $("pin-" + p).value;
-    if (v === "" || (!withDp && p === "dp")) continue;
-    s[p] = p === "recompute" ? v : p === "sequence_parallel" ? v === "true" : intOrText(v);
-  }
-  return s;
-}
 
 function planRequest() {
   const search = pins();
@@ -151,51 +84,7 @@ function planRequest() {
   });
 }
 
-// --- errors ---------------------------------------------------------------------------------
-
-function clearErrors() {
-  $("form-error").hidden = true;
-  document.querySelectorAll(".invalid").forEach((n) => n.classList.remove("invalid"));
-  document.querySelectorAll(".field-error").forEach((n) => n.remove());
-}
-
-function fieldInput(field) {
-  let node = document.querySelector(`[data-field="${field}"]`);
-  if (!node && field.startsWith("model.")) node = $("model").value === "hf" ? $("hf") : $("model");
-  return node;
-}
-
-function showError(error, where = $("form-error")) {
-  const lines = error.violations && error.violations.length
-    ? error.violations.map((v) => `${v.field}: ${v.description}`)
-    : [`${error.status}: ${error.message}`];
-  where.textContent = lines.join("\n");
-  where.hidden = false;
-  for (const v of error.violations || []) {
-    const input = fieldInput(v.field);
-    if (!input) continue;
-    input.classList.add("invalid");
-    const note = html("span", { class: "field-error", "data-error-for": v.field }, null, `${v.field}: ${v.description}`);
-    input.insertAdjacentElement("afterend", note);
-  }
-}
-
 // --- the plan -------------------------------------------------------------------------------
-
-function layoutText(c) {
-  if (!c) return "";
-  const parts = [`tp${c.tp}`, `pp${c.pp}`];
-  if (c.virtual_stages > 1) parts.push(`v${c.virtual_stages}`);
-  parts.push(`dp${c.dp}`);
-  if (c.cp > 1) parts.push(`cp${c.cp}`);
-  if (c.ep > 1) parts.push(`ep${c.ep}`);
-  parts.push(`mbs${c.micro_batch_size}`, `M${c.num_microbatches}`, `ZeRO-${c.zero_stage}`);
-  const r = strip(c.recompute, "RECOMPUTE_");
-  if (r && r !== "NONE") parts.push(`recompute ${r}`);
-  if (c.sequence_parallel) parts.push("SP");
-  return parts.join(" ");
-}
-
 function renderLayout(c) {
   const box = $("layout");
   box.replaceChildren();
@@ -347,125 +236,6 @@ async function submitPlan() {
   renderPlan(r.data, req, performance.now() - started);
   document.body.dataset.planMs = String(performance.now() - started);
   return true;
-}
-
-// --- the scaling curve and the cost front ---------------------------------------------------
-
-function checkedTypes() {
-  return [...document.querySelectorAll("#curve-types input:checked")].map((i) => i.value);
-}
-
-function batchPolicy() {
-  const gbt = Number($("gbt").value);
-  if (gbt > 0) return { kind: "FIXED_GLOBAL", global_batch_tokens: gbt };
-  const p = state.plan && state.plan.performance;
-  if (p && num(p.global_batch_tokens) > 0) return { kind: "FIXED_GLOBAL", global_batch_tokens: num(p.global_batch_tokens) };
-  return { kind: "FREE" };
-}
-
-function schedulerRequest(extra = {}) {
-  const types = [$("gpu").value, ...checkedTypes().filter((g) => g !== $("gpu").value)];
-  const max = Math.max(1, Number($("curve-max").value) || 256);
-  const counts = [];
-  for (let n = 1; n <= max; n *= 2) counts.push(n);
-  const asked = Number($("gpus").value);
-  if (asked > 0 && asked <= max && !counts.includes(asked)) counts.push(asked);
-  counts.sort((a, b) => a - b);
-  const gpn = intOrText($("gpn").value);
-  return prune({
-    model: modelSpec(),
-    training: training(),
-    search: pins({ withDp: false }),
-    options: { cell_time_limit_s: 5 },
-    clusters: types.map((gpu) => ({ gpu, gpus_per_node: gpu === $("gpu").value ? gpn : undefined, ...(extra[gpu] || {}) })),
-    grid: { counts },
-    batch: batchPolicy(),
-  });
-}
-
-function cellTip(name, c) {
-  const planned = c.status === "CELL_STATUS_PLANNED";
-  if (!planned) return `${name} · ${c.num_gpus} GPUs: ${strip(c.status, "CELL_STATUS_").replace(/_/g, " ").toLowerCase()}\n${c.reason}`;
-  return `${name} · ${c.num_gpus} GPUs (${c.num_gpus_used} used)\n${layoutText(c.config)}\n${fmt(c.goodput_tokens_per_s)} tokens/s · MFU ${(c.mfu * 100).toFixed(1)}% · wall ${strip(c.binding_wall, "WALL_")}`;
-}
-
-async function drawCurve() {
-  const req = schedulerRequest();
-  const key = JSON.stringify(req);
-  if (state.drawn.curve === key) return;
-  $("curve-note").textContent = "planning every cell…";
-  const r = await call("/v1/scaling-curve", req);
-  if (!r.ok) {
-    showError(r.error, $("curve-note"));
-    $("curve-note").classList.add("error");
-    return;
-  }
-  $("curve-note").classList.remove("error");
-  state.drawn.curve = key;
-  const data = r.data;
-  const series = data.clusters.map((k) => {
-    const cells = data.cells.filter((c) => c.cluster === k.cluster).sort((a, b) => a.num_gpus - b.num_gpus);
-    return {
-      name: k.cluster,
-      knee: k.knee_gpus || 0,
-      cells: cells.map((c) => ({ x: c.num_gpus, y: c.goodput_tokens_per_s, low: c.band_low_tokens_per_s, high: c.band_high_tokens_per_s, planned: c.status === "CELL_STATUS_PLANNED", tip: cellTip(k.cluster, c) })),
-      envelope: cells.filter((c) => c.envelope_goodput_tokens_per_s > 0).map((c) => ({ x: c.num_gpus, y: c.envelope_goodput_tokens_per_s })),
-    };
-  });
-  const policy = req.batch.kind === "FREE" ? "the planner's batch in each cell" : `${fmt(req.batch.global_batch_tokens)} tokens a step in every cell`;
-  $("curve-note").textContent = `Throughput against GPUs, ${policy}; the knee is where the envelope gains under ${(data.knee_gain * 100).toFixed(0)}% per doubling. ${data.band_source || ""}`;
-  curveChart($("curve-chart"), series, { yLabel: "tokens/s" });
-  const body = $("curve-table").querySelector("tbody");
-  body.replaceChildren();
-  for (const k of data.clusters) {
-    const tr = html("tr", { "data-cluster": k.cluster }, body);
-    html("td", {}, tr, k.cluster);
-    html("td", {}, tr, k.min_feasible_gpus ? String(k.min_feasible_gpus) : "none");
-    html("td", {}, tr, String(k.scale_unit_gpus || "–"));
-    html("td", { class: "knee-cell" }, tr, k.knee_gpus ? String(k.knee_gpus) : "none");
-    html("td", {}, tr, k.largest_useful_gpus ? `${k.largest_useful_gpus}: ${k.largest_useful_reason}` : "–");
-    html("td", {}, tr, fmt(k.peak_goodput_tokens_per_s));
-  }
-}
-
-function prices() {
-  const out = {};
-  for (const input of document.querySelectorAll("#front-prices input")) {
-    if (input.value) out[input.dataset.gpu] = { price_per_gpu_hour: intOrText(input.value) };
-  }
-  return out;
-}
-
-async function drawFront() {
-  const extra = prices();
-  const req = schedulerRequest(extra);
-  let budget = Number($("front-budget").value);
-  if (!(budget > 0)) budget = 20 * num(state.plan && state.plan.num_parameters && state.plan.num_parameters.active) || 1e12;
-  req.token_budget = Math.round(budget);
-  const key = JSON.stringify(req);
-  if (state.drawn.front === key) return;
-  $("front-note").textContent = "planning every cell…";
-  const r = await call("/v1/training-front", req);
-  if (!r.ok) {
-    showError(r.error, $("front-note"));
-    $("front-note").classList.add("error");
-    return;
-  }
-  $("front-note").classList.remove("error");
-  state.drawn.front = key;
-  const data = r.data;
-  const yKey = data.priced ? "cost" : "gpu_hours";
-  const types = req.clusters.map((c) => c.gpu);
-  const points = data.points.map((p) => ({ ...p, tip: `${p.cluster} · ${p.num_gpus} GPUs\n${layoutText(p.config)}\n${p.days.toPrecision(3)} days · ${fmt(p.gpu_hours)} GPU-hours${data.priced ? ` · cost ${fmt(p.cost)}` : ""}` }));
-  $("front-note").textContent = `${fmt(num(data.token_budget))} tokens: days against ${data.priced ? "cost" : "GPU-hours (give every type a price for the cost front)"}.`;
-  frontChart($("front-chart"), points, { yKey, yLabel: data.priced ? "cost" : "GPU-hours", types });
-  const body = $("front-table").querySelector("tbody");
-  body.replaceChildren();
-  const onFront = data.priced ? "on_front_cost" : "on_front_gpu_hours";
-  for (const p of points.filter((q) => q[onFront])) {
-    const tr = html("tr", {}, body);
-    for (const v of [p.cluster, p.num_gpus_used, layoutText(p.config), p.days.toPrecision(3), fmt(p.gpu_hours), data.priced ? fmt(p.cost) : "–", "yes"]) html("td", {}, tr, String(v));
-  }
 }
 
 // --- views ----------------------------------------------------------------------------------
