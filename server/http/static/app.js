@@ -201,6 +201,7 @@ function renderPlan(plan, req, elapsedMs) {
     renderAlternatives(plan);
     loadExport();
   }
+  $("request-json").textContent = JSON.stringify(req, null, 2);
   $("solver").textContent = `CP-SAT ${solver.status || ""} · gap ${num(solver.gap).toPrecision(2)} · solved in ${seconds(num(solver.wall_time_s))}` +
     (solver.num_variables ? ` · ${solver.num_variables} variables` : "") + ` · answered in ${elapsedMs.toFixed(0)} ms`;
 }
