@@ -137,7 +137,9 @@ def test_plan_a_model_and_read_the_layout(page: Page, site: str) -> None:
     page.click("#copy")
     copied = page.evaluate("navigator.clipboard.readText()")
     assert "--tensor-model-parallel-size 8" in copied
-    sent = json.loads(page.text_content("#request-json") or "")  # the page's request, as it shows it
+    sent = json.loads(
+        page.text_content("#request-json") or ""
+    )  # the page's request, as it shows it
     assert send(f"{site}/v1/plan", sent).body["config"] == api["config"]
     _shot(page, "plan")
     page.emulate_media(color_scheme="dark")
