@@ -227,7 +227,7 @@ async function submitPlan() {
   $("plan").disabled = true;
   $("busy").hidden = false;
   const started = performance.now();
-  const r = await call("/v1/plan", req);
+  const r = await call("/v1/plan", req, "?timeout=60");  // a page that never waits without end
   $("plan").disabled = false;
   $("busy").hidden = true;
   if (!r.ok) {

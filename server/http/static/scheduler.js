@@ -47,7 +47,7 @@ export async function drawCurve() {
   const key = JSON.stringify(req);
   if (state.drawn.curve === key) return;
   $("curve-note").textContent = "planning every cell…";
-  const r = await call("/v1/scaling-curve", req);
+  const r = await call("/v1/scaling-curve", req, "?timeout=120");
   if (!r.ok) {
     showError(r.error, $("curve-note"));
     $("curve-note").classList.add("error");
@@ -98,7 +98,7 @@ export async function drawFront() {
   const key = JSON.stringify(req);
   if (state.drawn.front === key) return;
   $("front-note").textContent = "planning every cell…";
-  const r = await call("/v1/training-front", req);
+  const r = await call("/v1/training-front", req, "?timeout=120");
   if (!r.ok) {
     showError(r.error, $("front-note"));
     $("front-note").classList.add("error");
