@@ -32,11 +32,12 @@ from meshplan.server.http.calls import (
     error_body,
     error_response,
     parse_timeout,
+    peer_of,
 )
 from meshplan.server.http.messages import JsonProblem, message_from_json, message_to_json
 from meshplan.server.http.page import Page
 from meshplan.server.limits import REQUEST_ID_KEY, CallState, RpcFailure
-from meshplan.server.requests import bad, request_cap, tolerant
+from meshplan.server.requests import SINGLE_REQUEST_BYTES, bad, request_cap, tolerant
 from meshplan.server.runtime import Runtime
 from meshplan.server.settings import Settings
 from meshplan.v1 import planner_pb2
@@ -72,7 +73,7 @@ class HttpSite:
             owner = next((s for s in servicers if method.name in served(PLANNER, s)), None)
             if owner is not None:
                 self.methods[method.name] = (method, getattr(owner, method.name))
-        largest = max(settings.max_request_bytes, 64 * 1024)
+        largest = max(settings.max_request_bytes, SINGLE_REQUEST_BYTES)
         self.app = web.Application(client_max_size=JSON_PER_WIRE_BYTE * largest)
         for name, (method, _) in self.methods.items():
             verb = "GET" if name in GET_METHODS else "POST"
@@ -120,8 +121,7 @@ class HttpSite:
         token = bearer(((k.lower(), v) for k, v in request.headers.items()))
         if self.tokens.valid(token):
             return None
-        context = HttpContext(request, None)
-        self.runtime.refused(f"/{PLANNER.full_name}/{name}", context.peer())
+        self.runtime.refused(f"/{PLANNER.full_name}/{name}", peer_of(request))
         why = "a bearer token is required" if not token else "the bearer token is not valid"
         return error_response(grpc.StatusCode.UNAUTHENTICATED, why, [])
 
