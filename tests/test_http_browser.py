@@ -94,11 +94,12 @@ def _until(page: Page, expression: str, timeout_s: float = 30.0) -> None:
     end = time.monotonic() + timeout_s
     while not page.evaluate(expression):
         assert time.monotonic() < end, f"still false after {timeout_s} s: {expression}"
-        time.sleep(0.01)
+        time.sleep(0.025)
 
 
 def _plan(page: Page, model: str, gpus: int) -> float:
-    """Fill the form, press Plan, wait for the answer on the page; the page's own ms."""
+    """Fill the form, press Plan, wait for the answer on the page; the page's own ms from the
+    click to the plan drawn."""
     page.select_option("#model", model)
     page.fill("#gpus", str(gpus))
     before = page.evaluate("document.body.dataset.planMs || ''")
@@ -146,16 +147,20 @@ def test_plan_a_model_and_read_the_layout(page: Page, site: str) -> None:
     _shot(page, "plan-dark")
     page.emulate_media(color_scheme="light")
     # a plan appearing after Plan is pressed: the page's own clock, and the test's
-    page_ms, wall_ms = [], []
-    for gpus in (8, 16, 32, 8, 16, 32):
-        started = time.perf_counter()
+    page_ms, solve_ms = [], []
+    for gpus in (8, 16, 8, 16):
         page_ms.append(_plan(page, "llama3-8b", gpus))
-        wall_ms.append((time.perf_counter() - started) * 1000)
+        solve_ms.append(float(page.evaluate("document.body.dataset.solveMs")))
     report = {
-        "what": "ms from pressing Plan to the plan drawn (llama3-8b on 8/16/32 H100s, twice)",
+        "what": "ms from pressing Plan to the plan drawn (llama3-8b on 8 and 16 H100s, twice), "
+        "and the server's own wall time of each plan call (solver.wall_time_s)",
         "page_ms": [round(x, 1) for x in page_ms],
         "page_median_ms": round(statistics.median(page_ms), 1),
-        "with_playwright_ms": [round(x, 1) for x in wall_ms],
+        "plan_call_ms": [round(x, 1) for x in solve_ms],
+        "beyond_the_plan_call_ms": [
+            round(p - s, 1) for p, s in zip(page_ms, solve_ms, strict=True)
+        ],  # fmt: skip
+        "load_average": os.getloadavg()[0],
         "target_ms": 200,
     }
     (SHOTS / "timings.json").write_text(json.dumps(report, indent=2) + "\n")

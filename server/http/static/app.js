@@ -236,6 +236,7 @@ async function submitPlan() {
   }
   renderPlan(r.data, req, performance.now() - started);
   document.body.dataset.planMs = String(performance.now() - started);
+  document.body.dataset.solveMs = String(1000 * num(r.data.solver && r.data.solver.wall_time_s));
   return true;
 }
 
