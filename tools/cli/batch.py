@@ -154,12 +154,14 @@ def run_batch(args: argparse.Namespace) -> int:
     fmt = getattr(args, "format", None) or ("csv" if output.endswith(".csv") else "jsonl")
     show = getattr(args, "progress", None)
     bar = Progress(len(reqs), enabled=sys.stderr.isatty() if show is None else show)
-    failed = 0
+    failed, first = 0, ""
     with _open(output) as out, connect(args, servers) as client:
         write = _writer(out, fmt, reqs)
         try:
             for item in _send(client, reqs, args, in_flight=len(servers)):
-                failed += item.error is not None
+                if item.error is not None:
+                    failed += 1
+                    first = first or f"request {item.index}: {_error_line(item.error)}"
                 write(item)
                 bar.update()
         except PlannerError as err:
@@ -167,7 +169,18 @@ def run_batch(args: argparse.Namespace) -> int:
             print(f"meshplan batch: {shorten(str(err))}", file=sys.stderr)
             return 1
     bar.close()
+    if failed:  # the rows say which and why; the exit status alone would leave the user guessing
+        print(
+            f"meshplan batch: {failed} of {len(reqs)} requests failed (ERROR rows); the first, "
+            f"{shorten(first)}",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
+
+
+def _error_line(err: PlannerError) -> str:
+    fields = "; ".join(f"{v.field}: {v.description}" for v in getattr(err, "violations", []))
+    return f"{err.code.name}: {fields or err.message}"
 
 
 def _send(

@@ -12,7 +12,7 @@ GIB = 1 << 30
 
 
 def layout(c: ParallelConfig | None) -> str:
-    """'tp2 pp4 dp8 b1 M16 z1 SEL' (empty when None)."""
+    """'tp2 pp4 dp8 b1 M16 z1 SELECTIVE' (empty when None)."""
     if c is None:
         return ""
     axes = " ".join(
@@ -21,7 +21,7 @@ def layout(c: ParallelConfig | None) -> str:
     v = f" v{c.virtual_stages}" if c.virtual_stages > 1 else ""
     return (
         f"{axes or 'dp1'}{v} b{c.micro_batch_size} M{c.num_microbatches} z{c.zero_stage} "
-        f"{c.recompute.value[:3]}"
+        f"{c.recompute.value}"
     )
 
 
@@ -91,7 +91,7 @@ def curve_table(res: CurveResult) -> str:
             "wall",
         ]
         out += [_table(head, rows), *why, ""]
-    out.append(f"band: {res.band_source}")
+    out.append(f"band: {res.band_source.removeprefix('band: ')}")
     if res.fit is not None:
         f = res.fit
         out.append(
