@@ -18,7 +18,13 @@ PINS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num
 PRECISIONS = ("BF16", "FP8")
 RECOMPUTES = ("NONE", "SELECTIVE", "FULL")
 FRAMEWORKS = ("GENERIC", "KEMPNERFORGE", "MEGATRON", "TORCHTITAN", "DEEPSPEED")
-EMIT_KINDS = ("megatron", "torchtitan", "deepspeed", "kempnerforge")  # tools/export/emit.py's KINDS
+EMIT_KINDS = (
+    "megatron",
+    "torchtitan",
+    "torchtitan-toml",
+    "deepspeed",
+    "kempnerforge",
+)  # emit.KINDS
 
 PIN_WORDS = {  # flag -> (what it is, unit)
     "tp": ("tensor-parallel degree", "GPUs"),
