@@ -254,3 +254,32 @@ def test_a_sweep_stopped_by_sigterm_stops_its_workers(tmp_path: Path) -> None:
     assert proc.returncode == 143 and "terminated" in err, err
     time.sleep(0.5)
     assert not [k for k in kids if _alive(k)], "worker processes left running"
+
+
+LAZY_PROBE = """
+import sys
+from meshplan.tools.cli.main import main
+import contextlib, io
+import meshplan.solver.cpsat.search as search_mod
+with contextlib.redirect_stdout(io.StringIO()):
+    assert main(sys.argv[1:]) == 0
+print(*(m for m in ("ortools", "pandas", "matplotlib", "grpc") if m in sys.modules))
+from meshplan.solver import PlanRequest, cache, plan
+cache.clear()
+search_mod.exact_round = lambda *_: None  # the proof left to CP-SAT: a model is built
+r = plan(PlanRequest.model_validate({"model": {"preset": "llama3-8b"}, "cluster": {"num_gpus": 8}}))
+print(r.solver.num_variables > 0, "ortools" in sys.modules)
+"""
+
+
+def test_a_plan_loads_or_tools_and_pandas_only_with_a_cp_sat_model() -> None:
+    import subprocess
+    import sys
+
+    from benchmarks.startup import FIRST_PLAN
+
+    run = subprocess.run([sys.executable, "-c", LAZY_PROBE, *FIRST_PLAN], capture_output=True,
+                         text=True, timeout=120, check=True)  # fmt: skip
+    first, second = run.stdout.splitlines()
+    assert first == "", f"the README's first plan loaded {first}"
+    assert second == "True True"
