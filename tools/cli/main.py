@@ -246,6 +246,11 @@ def describe_error(e: Exception, flags: Mapping[str, str] | None = None) -> tupl
             )
             return EXIT_BAD_INPUT, shorten(f"the server refused the request: {fields or said}")
         return EXIT_ERROR, shorten(f"the server call failed ({code}): {said}")
+    if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] in _PLANNER:
+        return EXIT_ERROR, (
+            f"this command needs the planner ({e.name} is not installed): "
+            "pip install 'meshplan[planner]'"
+        )
     if isinstance(e, TimeoutError):  # an OSError, but not a bad input
         return EXIT_ERROR, shorten(f"{e}; give the solver more time (--time-limit)")
     if isinstance(e, ValueError | KeyError | OSError):  # pydantic's ValidationError is one too
@@ -253,6 +258,12 @@ def describe_error(e: Exception, flags: Mapping[str, str] | None = None) -> tupl
     if isinstance(e, RecursionError):
         return EXIT_BAD_INPUT, "invalid request: nested too deeply"
     return EXIT_ERROR, shorten(f"internal error: {type(e).__name__}: {e}")
+
+
+# What `pip install 'meshplan[planner]'` adds to the client's install (pyproject.toml).
+_PLANNER = frozenset(
+    {"ortools", "numpy", "matplotlib", "pydantic_settings", "prometheus_client", "tomli_w"}
+)
 
 
 def _quiet_broken_pipe() -> int:
