@@ -262,7 +262,7 @@ def describe_error(e: Exception, flags: Mapping[str, str] | None = None) -> tupl
 
 # What `pip install 'meshplan[planner]'` adds to the client's install (pyproject.toml).
 _PLANNER = frozenset(
-    {"ortools", "numpy", "matplotlib", "pydantic_settings", "prometheus_client", "tomli_w"}
+    {"ortools", "numpy", "matplotlib", "pydantic_settings", "prometheus_client", "tomli_w", "rich"}
 )
 
 

@@ -32,15 +32,23 @@ def _config_cols(c: ParallelConfig | None) -> dict:
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
-    ]
+    """A plain-text table (rich's, no colour, no box but the rule under the header): the first
+    column left-aligned, the others right-aligned, as wide as their widest cell."""
+    import io
 
-    def line(r: list[str]) -> str:
-        cells = zip(r, widths, strict=True)
-        return "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(cells))
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="")
+    for i, h in enumerate(headers):
+        table.add_column(Text(h), justify="right" if i else "left", no_wrap=True)
+    for r in rows:
+        table.add_row(*(Text(x) for x in r))  # Text: a cell is never read as markup
+    out = io.StringIO()
+    Console(file=out, width=1000, color_system=None, highlight=False).print(table)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines() if line.strip())
 
 
 def _k(x: float) -> str:
