@@ -30,8 +30,7 @@ from meshplan.solver.schema import (
     TrainingSpec,
 )
 from meshplan.solver.space import Space
-from meshplan.tools.export.emit import KINDS, emit
-from meshplan.tools.export.formats import shape_limits
+from meshplan.tools.export.emit import KINDS, emit, shape_limits
 
 DATA = Path(__file__).parent / "data" / "export"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -137,11 +136,14 @@ def test_the_torchtitan_toml_is_written_by_tomli_w() -> None:
     assert not hasattr(toml_formats, "_toml_value")  # no hand-written TOML writer left
 
 
-PLANS = [  # (model, flags): dense with FSDP, TP + PP interleaved, MoE with EP, FP8 with async TP
+# (model, flags): dense with FSDP, TP + PP interleaved, MoE with EP, full recomputation with
+# async TP, MoE with PP. Not FP8: torchao's float8 converter checks the GPU (SM 8.9 or later)
+# when the model spec is built, so a CPU cannot load that config.
+PLANS = [
     ("llama3-8b", ["--gpus", "16"]),
     ("llama3-70b", ["--gpus", "256", "--pp", "4", "--tp", "8", "--virtual-stages", "2"]),
     ("qwen3-235b-a22b", ["--gpus", "256", "--ep", "8"]),
-    ("llama3-70b", ["--gpus", "64", "--tp", "8", "--precision", "fp8", "--recompute", "full"]),
+    ("llama3-70b", ["--gpus", "64", "--tp", "8", "--recompute", "full", "--request", "ASYNC_TP"]),
     ("deepseek-v3", ["--gpus", "1024", "--pp", "8"]),
 ]
 
@@ -155,7 +157,11 @@ def test_torchtitan_builds_its_config_from_the_module(
 ) -> None:
     """torchtitan's own classes load each exported module: Trainer.Config.__post_init__ and the
     config dataclasses' checks run on what meshplan_plan() returns."""
+    failed = []
     for i, (model, flags) in enumerate(PLANS):
+        request = tmp_path / "async_tp.json"  # training.tp_comm_overlap has no flag
+        request.write_text(json.dumps({"training": {"tp_comm_overlap": True}}))
+        flags = [str(request) if f == "ASYNC_TP" else f for f in flags]
         argv = ["plan", "--model", model, *flags, "--framework", "torchtitan", "--emit"]
         assert main(argv) == 0, capsys.readouterr().err
         folder = tmp_path / f"plan{i}"
@@ -174,6 +180,6 @@ def test_torchtitan_builds_its_config_from_the_module(
             timeout=300,
             env={**os.environ, "PYTHONPATH": str(folder)},
         )
-        assert run.returncode == 0, (model, run.stderr[-2000:])
-        assert run.stdout.split()[0] == "Trainer.Config", run.stdout
-    assert sys.executable  # the plans ran here; torchtitan ran in its own interpreter
+        if run.returncode or run.stdout.split()[:1] != ["Trainer.Config"]:
+            failed.append((model, flags, run.stderr[-1500:]))
+    assert not failed, failed

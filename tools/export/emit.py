@@ -74,13 +74,19 @@ def emit(
     return render(c, A, training, seqs, prof)
 
 
-def _check(kind: str, prof: Profile, p: Point, A: Arch, training: TrainingSpec) -> None:
-    bad = launcher_violations(p, A, training, prof)
-    bad += model_limits(A, prof) + fmt.attention_limits(kind, A)
+def shape_limits(kind: str, A: Arch) -> list[str]:
+    """Model shapes a framework's config cannot describe: solver/rules.py's model_limits (which
+    the planner refuses too), the attention it cannot build, torchtitan's registry."""
+    out = model_limits(A, PROFILES[FRAMEWORK_OF[kind]]) + fmt.attention_limits(kind, A)
     if kind == "torchtitan":
-        bad += torchtitan.limits(A)
+        out += torchtitan.limits(A)
     if kind == "torchtitan-toml":
-        bad += export_toml.torchtitan_limits_toml(A)
+        out += export_toml.torchtitan_limits_toml(A)
+    return out
+
+
+def _check(kind: str, prof: Profile, p: Point, A: Arch, training: TrainingSpec) -> None:
+    bad = launcher_violations(p, A, training, prof) + shape_limits(kind, A)
     if kind == "megatron":
         bad += overlaps.megatron_conflicts(p.config(), A, training)
     if bad:

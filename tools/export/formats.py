@@ -9,21 +9,9 @@ import shlex
 
 from meshplan.solver.arch import Arch
 from meshplan.solver.profiles import Profile
-from meshplan.solver.rules import model_limits
 from meshplan.solver.schema import ParallelConfig, Precision, Recompute, TrainingSpec
 from meshplan.tools.export import overlaps
 from meshplan.tools.export.attention import attention_of, unknown_note
-
-
-def shape_limits(kind: str, A: Arch) -> list[str]:
-    """Model shapes a framework's config cannot describe (solver/rules.py's model_limits, which
-    the planner refuses too, and the attention it cannot build)."""
-    from meshplan.solver.profiles import PROFILES
-    from meshplan.tools.export.emit import FRAMEWORK_OF
-    from meshplan.tools.export.torchtitan import limits as registry
-
-    out = model_limits(A, PROFILES[FRAMEWORK_OF[kind]]) + attention_limits(kind, A)
-    return out + (registry(A) if kind.startswith("torchtitan") else [])
 
 
 def attention_limits(kind: str, A: Arch) -> list[str]:
