@@ -195,6 +195,10 @@ def _chosen(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; the exit status is one of EXIT_CODES."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if _chosen(args_list) != "serve":
+        # gRPC's own log lines off before it loads (a failed TLS handshake prints a raw one);
+        # the command's one line says what happened. GRPC_VERBOSITY set by the user wins.
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     try:
         try:
             args = build_parser(_chosen(args_list)).parse_args(args_list)
