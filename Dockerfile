@@ -24,7 +24,7 @@ COPY server ./server
 COPY client ./client
 COPY tools ./tools
 RUN /opt/meshplan/bin/pip install --upgrade pip \
- && /opt/meshplan/bin/pip install . \
+ && /opt/meshplan/bin/pip install '.[planner]' \
  && /opt/meshplan/bin/meshplan catalog > /dev/null
 
 # --- runtime: the environment alone, run as an unprivileged user ----------------------------

@@ -248,7 +248,9 @@ def header(title: str, **params: object) -> str:
 
 def arg_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """The options every benchmark takes."""
-    p = argparse.ArgumentParser(prog=f"python -m benchmarks {prog}", description=description)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, prog=f"python -m benchmarks {prog}", description=description
+    )
     p.add_argument("--quick", action="store_true", help="a small subset (the smoke test's mode)")
     p.add_argument(
         "--time-limit",

@@ -88,7 +88,7 @@ class AsyncPlannerClient(AsyncSchedulerClient):
             async for msg in call:
                 yield batch_item(msg, request_id)
         except grpc.RpcError as err:
-            raise error_from_rpc(err, request_id) from None
+            raise error_from_rpc(err, request_id, self.security.tls) from None
         finally:
             call.cancel()
 
@@ -124,4 +124,4 @@ class AsyncPlannerClient(AsyncSchedulerClient):
                 msg, timeout=timeout or self.default_timeout, metadata=self._metadata(request_id)
             )
         except grpc.RpcError as err:
-            raise error_from_rpc(err, request_id) from None
+            raise error_from_rpc(err, request_id, self.security.tls) from None

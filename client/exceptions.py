@@ -103,9 +103,35 @@ def error_from_parts(
     return cls(code, message, request_id)
 
 
-def error_from_rpc(err: grpc.RpcError, request_id: str = "") -> PlannerError:
-    """A typed error from what grpc raised (a grpc.Call or a grpc.aio.AioRpcError)."""
+# What gRPC says when a plaintext client meets a TLS port, or a TLS handshake fails.
+_PLAINTEXT_AT_TLS = ("Socket closed", "Connection reset", "Broken pipe")
+_HANDSHAKE = ("handshake", "SSL", "certificate", "CERTIFICATE")
+
+
+def connection_hint(message: str, tls: bool | None) -> str:
+    """Words that say what an UNAVAILABLE connection failure most likely means ('' if none)."""
+    if tls is False and any(x in message for x in _PLAINTEXT_AT_TLS):
+        return (
+            "; the server may expect TLS: connect with tls_ca= (or tls=True for the system's "
+            "roots), --tls-ca or --tls"
+        )
+    if tls and any(x in message for x in _HANDSHAKE + _PLAINTEXT_AT_TLS):
+        return (
+            "; the TLS handshake failed: check the CA (tls_ca=, --tls-ca) and the name the "
+            "certificate must carry (tls_server_name=, --tls-server-name), or the server may "
+            "run plaintext"
+        )
+    return ""
+
+
+def error_from_rpc(
+    err: grpc.RpcError, request_id: str = "", tls: bool | None = None
+) -> PlannerError:
+    """A typed error from what grpc raised (a grpc.Call or a grpc.aio.AioRpcError); `tls` (the
+    channel's) lets a connection failure say what it most likely means."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
-    message = err.details() if hasattr(err, "details") else str(err)
+    message = (err.details() if hasattr(err, "details") else str(err)) or ""
     metadata = err.trailing_metadata() if hasattr(err, "trailing_metadata") else ()
-    return error_from_parts(code or grpc.StatusCode.UNKNOWN, message or "", metadata, request_id)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        message += connection_hint(message, tls)
+    return error_from_parts(code or grpc.StatusCode.UNKNOWN, message, metadata, request_id)

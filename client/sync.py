@@ -172,7 +172,7 @@ class PlannerClient(SchedulerClient):
             for msg in stream:
                 yield batch_item(msg, request_id)
         except grpc.RpcError as err:
-            raise error_from_rpc(err, request_id) from None
+            raise error_from_rpc(err, request_id, self.security.tls) from None
         finally:
             stream.cancel()  # a caller that stops iterating early stops the server's solves
 
@@ -208,4 +208,4 @@ class PlannerClient(SchedulerClient):
                 msg, timeout=timeout or self.default_timeout, metadata=self._metadata(request_id)
             )
         except grpc.RpcError as err:
-            raise error_from_rpc(err, request_id) from None
+            raise error_from_rpc(err, request_id, self.security.tls) from None

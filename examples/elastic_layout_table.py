@@ -66,7 +66,7 @@ def layout_for(table: dict[str, dict], world_size: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--server", required=True, help="HOST:PORT of a meshplan server")
     add_connection_flags(ap)  # --tls-ca, --tls-cert/--tls-key, --token-file (or MESHPLAN_*)
     ap.add_argument("--out", help="write the table here (default: stdout only)")

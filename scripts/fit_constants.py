@@ -70,7 +70,7 @@ def _sha256(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     ap.add_argument("--published", type=Path, default=DEFAULT_PUBLISHED, help="published_runs.json")
     ap.add_argument(
         "--megatron", type=Path, default=DEFAULT_MEGATRON, help="megatron_h100_runs.json"

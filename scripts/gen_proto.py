@@ -57,7 +57,7 @@ def generate(out: Path) -> list[Path]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if meshplan/v1 is stale")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

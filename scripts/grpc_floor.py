@@ -103,7 +103,7 @@ def sync_adds(before_s: float, solve_s: float, calls: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=300, help="calls per case (default 300)")
     args = parser.parse_args(argv)
     print("busy before  solve   grpc.aio + hop   sync server   (adds, p50)")

@@ -27,7 +27,7 @@ from meshplan.solver import cache, plan  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("n", type=int, help="requests to plan (0: start-up and warm-up only)")
     args = parser.parse_args(argv)
     if os.environ.get("PYTHONHASHSEED") is None:

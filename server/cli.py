@@ -106,7 +106,7 @@ def run_serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m meshplan.server`."""
     parser = argparse.ArgumentParser(
-        prog="python -m meshplan.server", description="Run meshplan.v1.Planner."
+        allow_abbrev=False, prog="python -m meshplan.server", description="Run meshplan.v1.Planner."
     )
     add_serve_arguments(parser)
     return run_serve(parser.parse_args(argv))

@@ -1,4 +1,5 @@
-"""Logging for `meshplan serve`: text lines, or JSON objects one per line (`--log-format json`).
+"""Logging for `meshplan serve` (the standard `logging`): text lines, or JSON objects one per line
+(`--log-format json`, python-json-logger's formatter).
 
 A call's line carries its fields (method, request_id, caller, status, ...) in `record.fields`;
 the text format prints them as key=value, the JSON format as keys of the object.
@@ -10,6 +11,8 @@ import json
 import logging
 import time
 from typing import Any
+
+from pythonjsonlogger import json as jsonlogger
 
 FIELDS = "fields"  # the LogRecord attribute holding a call's fields
 
@@ -35,25 +38,31 @@ class TextFormatter(logging.Formatter):
         return f"{line} {extra}".rstrip() if extra else line
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, the call's fields, and the
-    exception (type and message; the traceback too at DEBUG level) if any."""
+class JsonFormatter(jsonlogger.JsonFormatter):
+    """One JSON object per line (python-json-logger): time, level, logger, message, the call's
+    fields as keys of their own, and the exception (type and message; the traceback too at DEBUG
+    level) if any."""
 
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        out.update(getattr(record, FIELDS, None) or {})
+    def __init__(self) -> None:
+        super().__init__("{message}", style="{", json_default=str, json_ensure_ascii=True)
+
+    def add_fields(
+        self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]
+    ) -> None:
+        message_dict.pop("exc_info", None)  # said below, the traceback at DEBUG only
+        log_data["time"] = (
+            time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z"
+        )
+        log_data["level"] = record.levelname
+        log_data["logger"] = record.name
+        super().add_fields(log_data, record, message_dict)  # the message, and extra= keys
+        log_data.update(log_data.pop(FIELDS, None) or {})
         if record.exc_info and record.exc_info[1] is not None:
             err = record.exc_info[1]
-            out["exception"] = f"{type(err).__name__}: {err}"
+            log_data["exception"] = f"{type(err).__name__}: {err}"
             if logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
-                out["traceback"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
+                log_data["traceback"] = self.formatException(record.exc_info)
 
 
 def setup_logging(level: str, fmt: str) -> None:

@@ -84,8 +84,13 @@ async def trim_periodically(interval_s: float) -> None:
         await asyncio.to_thread(trim)
 
 
-# What the first plan and the first scheduler query would import: loaded before the freeze.
-_WARM_MODULES = ("meshplan.solver.planner", "meshplan.solver.scheduler")
+# What the first plan and the first scheduler query would import: loaded before the freeze
+# (the CP-SAT modules, and OR-Tools with them, load lazily in the CLI: solver/cpsat/search.py).
+_WARM_MODULES = (
+    "meshplan.solver.planner",
+    "meshplan.solver.scheduler",
+    "meshplan.solver.cpsat.solve",
+)
 
 
 def freeze_startup_heap() -> int:

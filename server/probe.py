@@ -15,7 +15,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m meshplan.server.probe", description=__doc__)
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m meshplan.server.probe", description=__doc__
+    )
     default_port = (
         os.environ.get("MESHPLAN_HEALTH_PORT") or os.environ.get("MESHPLAN_PORT") or "50051"
     )

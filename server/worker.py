@@ -93,10 +93,11 @@ def _warm_up() -> None:
     """Import what a call needs and solve one small plan (the lazy imports, the first tables)."""
     from meshplan.server import work
     from meshplan.solver import plan
+    from meshplan.solver.cpsat import solve  # OR-Tools: lazy in the CLI, loaded here up front
     from meshplan.solver.scheduler import cells  # a scheduler query's turns run here (~14 ms)
     from meshplan.solver.schema import PlanRequest
 
-    del work, cells
+    del work, cells, solve
     req = PlanRequest.model_validate(
         {
             "model": {"preset": "llama3-8b"},

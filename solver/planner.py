@@ -26,6 +26,7 @@ from meshplan.solver.results import (
     PlanStatus,
     SolverInfo,
 )
+from meshplan.solver.rules import check_model
 from meshplan.solver.schema import ClusterSpec, EvaluateRequest, PlanRequest, SearchSpec
 from meshplan.solver.space import Batch, Space, violations
 from meshplan.solver.walls import wall, warnings
@@ -61,6 +62,7 @@ def _resolve(req: PlanRequest | EvaluateRequest) -> tuple[Arch, Hardware, CostMo
     H = resolve_cluster(req.cluster)
     t = req.training
     check_request(t.framework, t.precision, H.name, H.fp8)
+    check_model(A, t.framework)
     return A, H, cache.cost_model(A, H, req.training, req.search)
 
 

@@ -139,6 +139,10 @@ class Profile:
     fp8_recipe: Recipe
     export: str  # tools.export kind
     timing: FrameworkTiming  # what it overlaps and whose kernels it runs (the time model)
+    # v > 1 needs num_microbatches to be a multiple of its rounds, max(1, M // pp): PyTorch's
+    # ScheduleInterleaved1F1B (torch/distributed/pipelining/schedules.py, torch 2.13.0)
+    interleave_torch_rounds: bool = False
+    expert_tp_split: bool = True  # experts may be split over tp (etp = tp) when tp > 1
 
     @property
     def source(self) -> str:
@@ -159,6 +163,8 @@ class Profile:
 
     def etp_values(self, tp: int, moe: bool) -> list[int]:
         """Expert tensor-parallel degrees this framework can pair with tp."""
+        if moe and tp > 1 and not self.expert_tp_split:
+            return [1]
         if moe and self.expert_tp_one and tp > 1:
             return [1, tp]
         return [tp]
@@ -288,6 +294,10 @@ TORCHTITAN = Profile(
     bf16=_TORCHTITAN,
     fp8_recipe=_TORCHTITAN,
     export="torchtitan",
+    interleave_torch_rounds=True,  # Interleaved1F1B is PyTorch's schedule
+    # torchtitan 0.3.0 (distributed/parallel_dims.py): "EP borrows ranks from FSDP and TP:
+    # efsdp = dp_shard * cp * tp / ep"; no expert tensor parallelism, so etp = 1
+    expert_tp_split=False,
     timing=FrameworkTiming(
         kernels="TORCH",
         tp=False,

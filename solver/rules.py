@@ -11,7 +11,7 @@ from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel import Point
 from meshplan.solver.hardware import Hardware
 from meshplan.solver.profiles import Profile, profile_of
-from meshplan.solver.schema import Precision, SearchSpec, TrainingSpec
+from meshplan.solver.schema import Framework, Precision, SearchSpec, TrainingSpec
 
 
 def tp_divides_model(A: Arch, tp: int) -> bool:
@@ -40,8 +40,44 @@ def folds(tp: int, cp: int, dp: int, ep: int, etp: int) -> bool:
 
 
 def interleave_ok(prof: Profile, pp: int, v: int, M: int) -> bool:
-    """Megatron's interleaved schedule runs micro-batches in groups of pp (schedules.py)."""
-    return v == 1 or not prof.interleave_whole_rounds or M % pp == 0
+    """Megatron's interleaved schedule runs micro-batches in groups of pp (schedules.py);
+    PyTorch's in max(1, M // pp) rounds of equal size (ScheduleInterleaved1F1B, torch 2.13.0)."""
+    if v == 1:
+        return True
+    if prof.interleave_whole_rounds and M % pp:
+        return False
+    return not prof.interleave_torch_rounds or M % max(1, M // pp) == 0
+
+
+def model_limits(A: Arch, prof: Profile) -> list[str]:
+    """Model shapes a framework cannot build in any layout (its model config has no field for
+    them); the planner refuses them as bad input naming training.framework, so it never plans
+    a model the framework's export then refuses."""
+    out, fw = [], prof.framework
+    if fw is Framework.KEMPNERFORGE:  # kempnerforge/config/model.py @ 5666d0d
+        if A.hd:
+            out.append("KempnerForge's ModelConfig has no head_dim (it is dim / n_heads)")
+        if A.is_moe and A.n_dense:
+            out.append("KempnerForge's moe_frequency cannot place leading dense layers")
+        if A.is_moe and A.fe % 16:
+            out.append("KempnerForge rounds the expert FFN width to a multiple of 16")
+    if fw is Framework.DEEPSPEED and A.is_moe and (A.fe != A.f or A.shared):
+        # Megatron-DeepSpeed @ f4157be megatron/model/transformer.py: experts are copies of the
+        # dense MLP (--ffn-hidden-size), with no shared expert
+        out.append(
+            "Megatron-DeepSpeed experts have the dense FFN width and no shared experts "
+            f"(this model: experts {A.fe} wide against {A.f}, {A.shared} shared)"
+        )
+    return out
+
+
+def check_model(A: Arch, framework: Framework) -> None:
+    """ValueError naming training.framework for a model its framework cannot build."""
+    limits = model_limits(A, profile_of(framework))
+    if limits:
+        raise ValueError(
+            f"training.framework: {framework.value} cannot build this model: " + "; ".join(limits)
+        )
 
 
 def sp_required(prof: Profile, A: Arch) -> bool:
@@ -179,7 +215,11 @@ def _framework_violations(p: Point, A: Arch, training: TrainingSpec, prof: Profi
     elif not interleave_ok(prof, lay.pp, p.v, p.M):
         out.append(
             f"{name}'s interleaved schedule needs num_microbatches ({p.M}) to be a multiple "
-            f"of pp ({lay.pp})"
+            + (
+                f"of its rounds, max(1, M // pp) = {max(1, p.M // lay.pp)}"
+                if prof.interleave_torch_rounds
+                else f"of pp ({lay.pp})"
+            )
         )
     if lay.cp > 1 and not prof.context_parallel:
         out.append(f"{name} has no context parallelism (cp {lay.cp})")

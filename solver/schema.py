@@ -335,7 +335,10 @@ class ParallelConfig(_Strict):
         ge=1,
     )
     zero_stage: int = Field(
-        default=1, description="ZeRO stage 0-3 over the dp*cp group.", ge=0, le=3
+        default=1,
+        description="ZeRO stage 0-3 over the dp*cp group (default 1, or 0 when dp*cp = 1).",
+        ge=0,
+        le=3,
     )
     recompute: Recompute = Field(default=Recompute.NONE, description="Activation recomputation.")
     sequence_parallel: bool = Field(
@@ -346,7 +349,12 @@ class ParallelConfig(_Strict):
     @classmethod
     def _etp_defaults_to_tp(cls, data: object) -> object:
         if isinstance(data, dict) and data.get("etp") is None and "tp" in data:
-            return {**data, "etp": data["tp"]}
+            data = {**data, "etp": data["tp"]}
+        if isinstance(data, dict) and data.get("zero_stage") is None:
+            # ZeRO shards over dp*cp: one rank has nothing to shard (a rule, solver/rules.py)
+            dp, cp = data.get("dp"), data.get("cp") or 1
+            if isinstance(dp, int) and isinstance(cp, int):
+                data = {**data, "zero_stage": 1 if dp * cp > 1 else 0}
         return data
 
 

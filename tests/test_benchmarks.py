@@ -146,7 +146,8 @@ def test_dispatch(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_startup_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The start-up benchmark times each command as a new process and names the heavy modules
-    it loaded: --help, --version and catalog must load none of them (speed is not asserted)."""
+    it loaded: --help, --version and catalog none of them, the README's first plan neither
+    OR-Tools nor pandas (it needs no CP-SAT model); speed is not asserted."""
     from benchmarks import startup
 
     rep = _run(startup, tmp_path, capsys)
@@ -156,6 +157,7 @@ def test_startup_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         "meshplan --help",
         "meshplan --version",
         "meshplan catalog",
+        "meshplan " + " ".join(startup.FIRST_PLAN),
     ]
     for c in cmds:
         assert len(c["runs"]) == 3 and 0 < c["best"] <= c["median"] <= max(c["runs"]), c

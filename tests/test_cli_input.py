@@ -65,7 +65,7 @@ def test_enum_values_in_any_case_on_the_command_line(
     rc, out, _ = run(argv, capsys)
     assert rc == 0 and json.loads(out)["config"]["recompute"] == "FULL"
     rc, out, _ = run(["plan", *SMALL, "--framework", "TorchTitan", "--emit", "TorchTitan"], capsys)
-    assert rc == 0 and "[parallelism]" in out
+    assert rc == 0 and "ParallelismConfig(" in out
     request = tmp_path / "r.json"
     request.write_text(
         json.dumps({"training": {"precision": "bf16"}, "search": {"recompute": "none"}})

@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from test_export import read_torchtitan_py
 
 from meshplan.tools.cli.main import main
 
@@ -74,10 +75,9 @@ def test_emit_is_the_only_thing_on_stdout(kind: str, capsys: pytest.CaptureFixtu
         assert doc["train_batch_size"] == seqs
         assert doc["train_micro_batch_size_per_gpu"] == c["micro_batch_size"]
         assert doc["gradient_accumulation_steps"] == c["num_microbatches"]
-    elif kind == "torchtitan":
-        doc = tomllib.loads(out)
-        assert doc["parallelism"]["tensor_parallel_degree"] == c["tp"]
-        assert doc["training"]["global_batch_size"] == seqs
+    elif kind == "torchtitan":  # 0.3.0: a Python configuration module
+        doc = read_torchtitan_py(out)
+        assert doc["tp"] == c["tp"] and doc["global"] == seqs
     else:
         doc = tomllib.loads(out)
         assert doc["distributed"]["tp"] == c["tp"] and doc["distributed"]["dp_shard"] == c["dp"]
@@ -85,6 +85,8 @@ def test_emit_is_the_only_thing_on_stdout(kind: str, capsys: pytest.CaptureFixtu
 
 def test_emit_without_a_value_follows_the_framework(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run([*PLAN, "--framework", "torchtitan", "--emit"], capsys)
+    assert rc == 0 and read_torchtitan_py(out)["dp"] == planned("torchtitan")["config"]["dp"]
+    rc, out, _ = run([*PLAN, "--framework", "torchtitan", "--emit", "torchtitan-toml"], capsys)
     assert rc == 0 and "parallelism" in tomllib.loads(out)
     rc, out, _ = run([*PLAN, "--emit"], capsys)  # the default profile, MEGATRON
     assert rc == 0 and "--tensor-model-parallel-size" in shlex.split(out)

@@ -264,8 +264,17 @@ def test_points_score_as_stored(case: dict[str, Any]) -> None:
         _same(_scores(cm, point["config"]), point, f"{case['name']}.points[{i}]")
 
 
+# Stored before the planner refused models their framework cannot build: DEEPSPEED's experts are
+# dense-width copies with no shared expert (solver/rules.py model_limits), so this one is bad input.
+REFUSED = {"moe-16-deepspeed"}
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_plan_optimum_as_stored(case: dict[str, Any], pinned: None) -> None:
+    if case["name"] in REFUSED:
+        with pytest.raises(ValueError, match="training.framework: DEEPSPEED cannot build"):
+            plan(_request(case))
+        return
     stored = {c["name"]: c for c in _stored()["cases"]}[case["name"]]["plan"]
     res = plan(_request(case))
     assert res.status.value == stored["status"]

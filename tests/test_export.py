@@ -5,6 +5,7 @@ shape; what a framework cannot express is refused."""
 
 from __future__ import annotations
 
+import ast
 import json
 import random
 import re
@@ -29,8 +30,7 @@ from meshplan.solver.schema import (
     TrainingSpec,
 )
 from meshplan.solver.space import Space
-from meshplan.tools.export.emit import KINDS, emit
-from meshplan.tools.export.formats import shape_limits
+from meshplan.tools.export.emit import KINDS, emit, shape_limits
 
 DATA = Path(__file__).parent / "data" / "export"
 
@@ -44,6 +44,7 @@ MEGATRON_FLAGS = _names("megatron_flags.txt")
 MEGATRON_DEEPSPEED_FLAGS = _names("megatron_deepspeed_flags.txt")
 DEEPSPEED_KEYS = _names("deepspeed_keys.txt")
 TORCHTITAN_KEYS = _names("torchtitan_keys.txt")
+TORCHTITAN_0_3 = _names("torchtitan_0_3_fields.txt")
 KEMPNERFORGE_KEYS = _names("kempnerforge_keys.txt")
 
 
@@ -158,6 +159,78 @@ def read_torchtitan(text: str) -> dict:
         "fp8": "quantize.linear.float8" in d.get("model", {}).get("converters", []),
         "seq": tr["seq_len"],
         "raw": d,
+    }
+
+
+def _literal(node: ast.expr) -> object:
+    """A keyword's value: a literal, a call as {"call": name, **its keywords}, or a name."""
+    if isinstance(node, ast.Call):
+        name = ast.unparse(node.func)
+        args = [_literal(a) for a in node.args]
+        return {"call": name, "args": args, **{k.arg: _literal(k.value) for k in node.keywords}}
+    if isinstance(node, ast.List):
+        return [_literal(e) for e in node.elts]
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return ast.unparse(node)
+
+
+def read_torchtitan_py(text: str) -> dict:
+    """torchtitan 0.3.0's configuration module: the one function's dataclasses.replace(base, ...)
+    read with ast; every field it sets is a field of the 0.3.0 config dataclass it builds."""
+    tree = ast.parse(text)
+    (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert fn.name == "meshplan_plan"
+    ret = fn.body[-1]
+    assert isinstance(ret, ast.Return) and ast.unparse(ret.value.func) == "dataclasses.replace"
+    kw = {k.arg: _literal(k.value) for k in ret.value.keywords}
+    par, tr = kw["parallelism"], kw["training"]
+    assert par["call"] == "ParallelismConfig" and tr["call"] == "dataclasses.replace"
+    comp = kw["compile"] if isinstance(kw["compile"], dict) else {}
+    for cls, fields in (
+        ("ParallelismConfig", par),
+        ("TrainingConfig", tr),
+        ("CompileConfig", comp),
+    ):
+        unknown = {f"{cls}.{k}" for k in fields if k not in ("call", "args")} - TORCHTITAN_0_3
+        assert not unknown, f"not torchtitan 0.3.0 config fields: {sorted(unknown)}"
+    pp = par["pipeline_parallel_degree"]
+    b = par.get("pipeline_parallel_microbatch_size", tr["local_batch_size"])
+    if pp > 1:
+        parts = par["module_fqns_per_model_part"]
+        assert len(parts) % pp == 0 and parts[-1][-2:] == ["norm", "lm_head"]
+        v = len(parts) // pp
+        assert (par["pipeline_parallel_schedule"] == "Interleaved1F1B") == (v > 1)
+        assert tr["disable_cuda_graphs"] is True  # Trainer.Config refuses CUDA graphs with PP
+    else:
+        v = 1
+    ac = kw["activation_checkpoint"]
+    mode = (
+        "NONE"
+        if ac is None
+        else {"FullAC.Config": "FULL", "SelectiveAC.Config": "SELECTIVE"}[ac["call"]]
+    )
+    spec = kw["model_spec"]
+    return {
+        "tp": par["tensor_parallel_degree"],
+        "pp": pp,
+        "cp": par["context_parallel_degree"],
+        "ep": par["expert_parallel_degree"],
+        "etp": 1
+        if par["expert_parallel_degree"] > 1 or par["tensor_parallel_degree"] == 1
+        else None,
+        "v": v,
+        "b": b,
+        "global": tr["global_batch_size"],
+        "dp": par["data_parallel_shard_degree"] * par["data_parallel_replicate_degree"],
+        "recompute": Recompute(mode),
+        "fp8": any(
+            x.get("call") == "Float8LinearConverter.Config" for x in spec.get("converters", [])
+        ),
+        "seq": tr["seq_len"],
+        "flavor": spec["args"][0],
+        "raw": {"parallelism": par, "compile": comp, "training": tr},
     }
 
 
@@ -317,7 +390,7 @@ def test_random_plan_exports_with_every_knob(
     seqs = c.dp * c.micro_batch_size * c.num_microbatches
     got = {
         "megatron": lambda: read_megatron(text, A),
-        "torchtitan": lambda: read_torchtitan(text),
+        "torchtitan": lambda: read_torchtitan_py(text),
         "deepspeed": lambda: read_deepspeed(text, A),
         "kempnerforge": lambda: read_kempnerforge(text),
     }[kind]()
@@ -334,7 +407,7 @@ def test_random_plan_exports_with_every_knob(
     }
     for k, v in want.items():
         assert got[k] == v, (k, got[k], v, text)
-    if A.is_moe and kind != "kempnerforge":
+    if A.is_moe and kind != "kempnerforge" and got["etp"] is not None:
         assert got["etp"] == c.etp
     if "global" in got:
         assert got["global"] == seqs
@@ -393,16 +466,17 @@ def assert_overlaps(
             assert "--sequence-parallel" in a
         if "--overlap-param-gather" in a:
             assert "--overlap-grad-reduce" in a and "--use-distributed-optimizer" in a
-        if c.tp > 1 or c.cp > 1:
-            assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in text
-    elif kind == "torchtitan":
-        par, raw = got["raw"]["parallelism"], got["raw"]
+        if c.zero_stage >= 2:  # Megatron-FSDP asserts it is not 1 (arguments.py @ d98e8a6)
+            assert "CUDA_DEVICE_MAX_CONNECTIONS=1" not in text, text
+            assert "Megatron-FSDP refuses 1" in text
+        elif c.tp > 1 or c.cp > 1:
+            assert "CUDA_DEVICE_MAX_CONNECTIONS" in text
+    elif kind == "torchtitan":  # 0.3.0: async TP is CompileConfig's
+        comp = got["raw"]["compile"]
         async_tp = ov.tp and c.tp > 1
-        assert par.get("enable_async_tensor_parallel", False) == async_tp
+        assert comp.get("enable_async_tensor_parallel", False) == async_tp
         if async_tp:  # "Async TP requires 'model' in --compile.components and --compile.enable"
-            assert raw["compile"]["enable"] and "model" in raw["compile"]["components"]
-        if c.cp > 1:
-            assert par["context_parallel_rotate_method"] == "allgather"
+            assert comp["enable"] and "model" in comp["components"]
     elif kind == "deepspeed":
         assert json.loads(text)["zero_optimization"]["overlap_comm"] == dp
         if ov.tp and c.tp > 1:
@@ -453,10 +527,12 @@ def test_moe_folding_and_megatron_fsdp() -> None:
     assert one(a, "--data-parallel-sharding-strategy") == "optim_grads_params"
     assert "--use-megatron-fsdp" in a and one(a, "--ckpt-format") == "fsdp_dtensor"
     tt = tomllib.loads(
-        _emit("torchtitan", c.model_copy(update={"zero_stage": 3}), "qwen3-235b-a22b")
+        _emit("torchtitan-toml", c.model_copy(update={"zero_stage": 3}), "qwen3-235b-a22b")
     )
     assert tt["model"] == {"name": "qwen3", "flavor": "235B-A22B"}
     assert tt["parallelism"]["expert_tensor_parallel_degree"] == 1
+    py = read_torchtitan_py(_emit("torchtitan", c, "qwen3-235b-a22b"))
+    assert py["flavor"] == "235B-A22B" and py["ep"] == 32
 
 
 def test_deepseek_dense_layers_per_layer_expert_counts() -> None:
@@ -492,7 +568,7 @@ def test_default_kind_is_the_request_framework() -> None:
     c = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=2, num_microbatches=2, zero_stage=3)
     t = TrainingSpec(seq_len=4096, framework=Framework.TORCHTITAN)
     text = emit(None, c, ModelSpec(preset="llama3-8b"), t, 8 * 2 * 2 * 4096)
-    assert tomllib.loads(text)["parallelism"]["data_parallel_shard_degree"] == 8
+    assert read_torchtitan_py(text)["dp"] == 8
 
 
 def test_unknown_kind_names_it_and_the_supported_kinds() -> None:
@@ -548,13 +624,18 @@ def test_megatron_moe_overlap_and_deepep() -> None:
 def test_torchtitan_async_tp_only_when_asked_and_with_compile() -> None:
     c = ParallelConfig(tp=8, pp=1, dp=32, micro_batch_size=2, num_microbatches=1, zero_stage=3)
     t = {"seq_len": 8192, "framework": Framework.TORCHTITAN}
-    plain = tomllib.loads(_emit("torchtitan", c, "llama3-70b", **t))
-    assert "enable_async_tensor_parallel" not in plain["parallelism"] and "compile" not in plain
-    asked = tomllib.loads(_emit("torchtitan", c, "llama3-70b", tp_comm_overlap=True, **t))
-    assert asked["parallelism"]["enable_async_tensor_parallel"] is True
-    assert asked["compile"] == {"enable": True, "components": ["model", "loss"]}
+    plain = read_torchtitan_py(_emit("torchtitan", c, "llama3-70b", **t))["raw"]
+    assert plain["compile"] == {}  # the baseline's
+    asked = read_torchtitan_py(_emit("torchtitan", c, "llama3-70b", tp_comm_overlap=True, **t))
+    comp = asked["raw"]["compile"]
+    assert comp["enable_async_tensor_parallel"] is True
+    assert comp["enable"] is True and comp["components"] == ["model", "loss"]
+    # the TOML of torchtitan up to 0.2.2 keeps the switch in [parallelism]
+    old = tomllib.loads(_emit("torchtitan-toml", c, "llama3-70b", tp_comm_overlap=True, **t))
+    assert old["parallelism"]["enable_async_tensor_parallel"] is True
+    assert old["compile"] == {"enable": True, "components": ["model", "loss"]}
     cp = c.model_copy(update={"dp": 16, "cp": 2})
-    ring = tomllib.loads(_emit("torchtitan", cp, "llama3-70b", **t))["parallelism"]
+    ring = tomllib.loads(_emit("torchtitan-toml", cp, "llama3-70b", **t))["parallelism"]
     assert ring["context_parallel_rotate_method"] == "allgather"  # what the profile times
 
 

@@ -35,7 +35,8 @@ from meshplan.client.channel import make_target, service_config
 from meshplan.client.exceptions import error_from_parts
 from meshplan.solver.results import PlanResult
 from meshplan.solver.schema import PlanRequest
-from meshplan.tools.cli.batch import Progress, add_batch_arguments, run_batch
+from meshplan.tools.cli.batch import add_batch_arguments, run_batch
+from meshplan.tools.render.progress import Progress
 
 
 def fake_plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanResult:
@@ -201,8 +202,8 @@ def test_batch_cli_rejects_an_unreadable_file(tmp_path: Path) -> None:
 def test_progress_bar(monkeypatch: pytest.MonkeyPatch) -> None:
     err = io.StringIO()
     monkeypatch.setattr("sys.stderr", err)
-    bar = Progress(4, enabled=True, width=8)
+    bar = Progress(4, enabled=True)
     bar.update()
-    bar.update()
+    bar.update("ERROR")
     bar.close()
-    assert "[####....] 2/4" in err.getvalue()
+    assert "2/4" in err.getvalue() and "1 error" in err.getvalue()  # rich's bar, at its end

@@ -143,8 +143,12 @@ def test_the_wheel_has_one_top_level_name(tmp_path: Path) -> None:
         "meshplan/tools/calibration/published/megatron_h100_runs.json",
         "meshplan/v1/planner_pb2.py",
         "meshplan/__main__.py",
+        "meshplan/py.typed",  # PEP 561: the package's type hints are for its users too
     ):
         assert want in names, want
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in meta
 
 
 def test_python_dash_m_meshplan_answers() -> None:

@@ -56,6 +56,11 @@ def instances(draw: st.DrawFn) -> PlanRequest:
     big = n > 64
     seq = draw(st.sampled_from([256, 512, 1024]))
     framework = draw(st.sampled_from(FRAMEWORKS))
+    if moe and framework == "DEEPSPEED":  # its experts are dense-width copies, none shared
+        model["moe"] |= {
+            "expert_ffn_hidden_size": model["ffn_hidden_size"],
+            "num_shared_experts": 0,
+        }
     training: dict = {"seq_len": seq, "framework": framework}
     if draw(st.integers(0, 4)) == 0:
         training["fused_attention"] = False

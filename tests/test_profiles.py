@@ -69,7 +69,14 @@ def test_no_zero_over_a_single_data_parallel_rank() -> None:
         eval_req(
             model={"preset": "llama3-8b"},
             cluster={"num_gpus": 8},
-            config={"tp": 8, "pp": 1, "dp": 1, "micro_batch_size": 1, "num_microbatches": 1},
+            config={
+                "tp": 8,
+                "pp": 1,
+                "dp": 1,
+                "micro_batch_size": 1,
+                "num_microbatches": 1,
+                "zero_stage": 1,
+            },
         )
     )
     assert any("nothing to shard" in v for v in ev.violations)  # zero_stage defaults to 1

@@ -1,5 +1,5 @@
 """`meshplan curve|replan|admit|front`: one artefact on stdout, the exit codes (0 answered,
-3 nothing can be planned / the deadline cannot be met, 2 bad input naming the field)."""
+3 nothing can be planned / the deadline cannot be met, 2 bad input naming the flag)."""
 
 from __future__ import annotations
 
@@ -49,13 +49,13 @@ def test_a_curve_where_nothing_fits_exits_3(capsys: pytest.CaptureFixture[str]) 
     ("argv", "field"),
     [
         ([*CURVE[:-4], "--batch", "fixed-global"], "batch.global_batch_tokens"),
-        ([*CURVE, "--max-gpus", "8"], "grid.counts[2]"),
-        (["curve", "--model", "llama3-8b", "--batch", "free"], "grid"),
+        ([*CURVE, "--max-gpus", "8"], "--counts"),
+        (["curve", "--model", "llama3-8b", "--batch", "free"], "--counts or --nodes"),
         (["admit", "--model", "llama3-8b", "--batch", "free", "--max-gpus", "8",
-          "--tokens", "1000000", "--deadline-unix", "1000"], "deadline_unix_s"),
+          "--tokens", "1000000", "--deadline-unix", "1000"], "--deadline-unix"),
         (["replan", "--model", "llama3-8b", "--gpus", "16", "--tp", "3", "--pp", "1",
           "--dp", "4", "--micro-batch-size", "1", "--num-microbatches", "4", "--lose", "1",
-          "--compatibility", "FREE"], "config.tp"),
+          "--compatibility", "FREE"], "--tp"),
     ],
 )  # fmt: skip
 def test_bad_input_exits_2_with_one_line_naming_the_field(

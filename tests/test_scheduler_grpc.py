@@ -244,9 +244,9 @@ def test_the_cli_subcommands_answer_through_a_server_with_a_token(
             remote = ["--server", f"{LOOPBACK}:{port}", "--token-file", str(token)]
             assert cli_main([*curve, *remote]) == 0
             assert json.loads(capsys.readouterr().out) == local  # the same answer, same key
-            assert cli_main([*admit, *remote]) == 2  # bad input: one line naming the field
+            assert cli_main([*admit, *remote]) == 2  # bad input: one line naming the flag
             err = capsys.readouterr().err
-            assert "deadline_unix_s" in err and len(err.strip().splitlines()) == 1, err
+            assert "--deadline-unix" in err and len(err.strip().splitlines()) == 1, err
             os.environ.pop("MESHPLAN_TOKEN_FILE")
             assert cli_main([*curve, "--server", f"{LOOPBACK}:{port}"]) == 1
             assert "UNAUTHENTICATED" in capsys.readouterr().err

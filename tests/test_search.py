@@ -12,6 +12,7 @@ from test_grpc_support import big_request, small_request
 from test_oracle_property import instances, oracle_settings
 
 import meshplan.solver.cpsat.search as search_mod
+import meshplan.solver.cpsat.solve as solve_mod
 import meshplan.solver.cpsat.tables as tables_mod
 import meshplan.solver.planner as planner_mod
 from meshplan.solver import cache, plan
@@ -24,7 +25,7 @@ def test_stopped_between_rounds_answers_the_earlier_optimum(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stop = threading.Event()
-    solve = search_mod.solve
+    solve = solve_mod.solve  # search.py imports it with the first CP-SAT model
 
     def solve_then_stop(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         res = solve(*args, **kwargs)
@@ -35,7 +36,7 @@ def test_stopped_between_rounds_answers_the_earlier_optimum(
         self.add_best(1)  # as if a row below the optimum had been left out
         return False
 
-    monkeypatch.setattr(search_mod, "solve", solve_then_stop)
+    monkeypatch.setattr(solve_mod, "solve", solve_then_stop)
     monkeypatch.setattr(search_mod._Rows, "cover", never_proven)
     r = plan(small_request(), stop_event=stop)
     monkeypatch.undo()

@@ -349,3 +349,35 @@ def test_cli_refuses_a_token_in_plaintext_to_another_machine(
     assert cli_main([*argv, "--model", "llama3-8b", "--gpus", "8"]) == 2
     err = capsys.readouterr().err
     assert "plaintext" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_connection_failure_says_what_it_most_likely_means(pki: Pki, clean_env: None) -> None:
+    """A plaintext client at a TLS port is told the server may expect TLS; a client trusting the
+    wrong CA, that the handshake failed; the CLI prints its one line and no raw gRPC log line."""
+    import subprocess
+    import sys
+
+    with running_server(plan_fn=CountingPlan(), tls_cert=str(pki.cert), tls_key=str(pki.key)) as (
+        port,
+        _,
+    ):
+        with (
+            PlannerClient(f"127.0.0.1:{port}", max_attempts=1) as plain,
+            pytest.raises(UnavailableError) as err,
+        ):
+            plain.plan(small_request(), timeout=5)
+        assert "may expect TLS" in err.value.message, err.value.message
+        with (
+            PlannerClient(f"127.0.0.1:{port}", tls_ca=str(pki.other_ca), max_attempts=1) as wrong,
+            pytest.raises(UnavailableError) as err,
+        ):
+            wrong.plan(small_request(), timeout=5)
+        assert "TLS handshake failed" in err.value.message, err.value.message
+        env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+        run = subprocess.run(
+            [sys.executable, "-m", "meshplan", "plan", "--server", f"127.0.0.1:{port}", "--tls-ca",
+             str(pki.other_ca), "--model", "llama3-8b", "--gpus", "8"],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and "TLS handshake failed" in run.stderr, run.stderr

@@ -355,9 +355,16 @@ class _Batch:
         pv = self.tb.int_domain("pv")[self.pos["pv"]]  # (n, P, 2)
         m = self.tb.int_domain("db")[self.pos["db"], 2]  # (n, D)
         ok = self.mask["pv"][:, :, None] & self.mask["db"][:, None, :]
-        if not sp.profile.interleave_whole_rounds:
+        prof = sp.profile
+        if not (prof.interleave_whole_rounds or prof.interleave_torch_rounds):
             return ok
-        return ok & ((pv[:, :, 1:2] == 1) | (m[:, None, :] % pv[:, :, 0:1] == 0))
+        pp, M = pv[:, :, 0:1], m[:, None, :]
+        runs = np.ones(np.broadcast_shapes(pp.shape, M.shape), dtype=bool)
+        if prof.interleave_whole_rounds:
+            runs &= M % pp == 0
+        if prof.interleave_torch_rounds:  # rules.interleave_ok: rounds of max(1, M // pp)
+            runs &= M % np.maximum(1, M // pp) == 0
+        return ok & ((pv[:, :, 1:2] == 1) | runs)
 
     def bounds(self) -> np.ndarray:
         """Least objective at every (row, r, z, P, T, D), a whole number; inf where a stage's

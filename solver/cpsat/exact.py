@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from meshplan.solver.costmodel import Point
-from meshplan.solver.cpsat.solve import Solved
+from meshplan.solver.cpsat.solved import Solved
 from meshplan.solver.cpsat.tables import Tables
 
 MAX_POINTS = 32  # points scored at most (~0.1 ms each): past this, a CP-SAT round

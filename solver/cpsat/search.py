@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from meshplan.solver.costmodel import Point
-from meshplan.solver.cpsat.build import build
 from meshplan.solver.cpsat.exact import exact_round, held
-from meshplan.solver.cpsat.solve import Solved, solve
+from meshplan.solver.cpsat.solved import Solved
 from meshplan.solver.cpsat.tables import Stopped, Tables
 from meshplan.solver.space import Space
 
@@ -274,6 +273,11 @@ def _cpsat_round(
     the hint it had."""
     if prev is not None and (time.perf_counter() >= deadline or (stop and stop.is_set())):
         raise Stopped(_best_so_far(tables.sp, prev, rows))
+    # OR-Tools (and pandas, which it imports) load here, with the first CP-SAT model: most
+    # plans are settled by the bounds and exact scores and never build one
+    from meshplan.solver.cpsat.build import build
+    from meshplan.solver.cpsat.solve import solve
+
     try:
         b = build(tables, rows.model, tuple(out.points), cap)
     except Stopped:  # stopped while bounding the model's rows: an earlier optimum stands

@@ -5,23 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from meshplan.solver.costmodel import Point
 from meshplan.solver.cpsat.build import Built
+from meshplan.solver.cpsat.solved import Solved
 
+__all__ = ["Solved", "solve"]
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Solved:
-    status: str  # OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN, MODEL_INVALID
-    point: Point | None
-    objective: float
-    bound: float
-    solve_time_s: float
 
 
 def solve(

@@ -69,6 +69,29 @@ def honours(level: CompatibilityLevel, before: ParallelConfig, after: ParallelCo
     return all(getattr(after, k) == v for k, v in level_pins(level, before).items())
 
 
+def running_layout(req: ReplanRequest) -> ParallelConfig:
+    """The running layout with its micro-batch count: as given, or from a FIXED_GLOBAL batch
+    (global = dp * micro_batch_size * num_microbatches * seq_len); without either the running
+    batch is unknown, which is bad input."""
+    cfg, b = req.config, req.batch
+    if cfg.num_microbatches is not None:
+        return cfg
+    per_step = cfg.dp * cfg.micro_batch_size * req.training.seq_len
+    if b.kind is BatchPolicyKind.FIXED_GLOBAL and b.global_batch_tokens:
+        if b.global_batch_tokens % per_step:
+            raise SchedulerInputError(
+                "config.num_microbatches",
+                f"unset, and batch.global_batch_tokens ({b.global_batch_tokens}) is not a "
+                f"multiple of dp*micro_batch_size*seq_len ({per_step}): give num_microbatches",
+            )
+        return cfg.model_copy(update={"num_microbatches": b.global_batch_tokens // per_step})
+    raise SchedulerInputError(
+        "config.num_microbatches",
+        "required: the running layout's micro-batches per step per replica (count), or a "
+        "FIXED_GLOBAL batch.global_batch_tokens to derive it from",
+    )
+
+
 def _before(req: ReplanRequest) -> tuple[Evaluation, list[str]]:
     """The running layout scored on the running cluster; a layout that breaks the model's or
     the framework's rules is bad input (memory and the critical batch are only noted)."""
@@ -199,6 +222,7 @@ def replan(
     key = cache_key("replan", req)
     if cache is not None and (hit := cache.get(key)) is not None:
         return hit
+    req = req.model_copy(update={"config": running_layout(req)})
     arch = check_model(req.model)
     check_pins_for_model(arch, req.search)
     try:

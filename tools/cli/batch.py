@@ -1,6 +1,7 @@
 """CLI glue for remote calls: `meshplan plan|evaluate --server`, `meshplan batch`.
 
-tools/cli/main.py wires these in; they print nothing except the batch progress bar (stderr).
+tools/cli/main.py wires these in; they print nothing except the batch progress bar (stderr,
+tools/render/progress.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import json
 import queue
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -25,6 +25,7 @@ from meshplan.solver.schema import EvaluateRequest, PlanRequest
 from meshplan.tools.cli.flags import add_server_flag
 from meshplan.tools.cli.messages import one_line, shorten
 from meshplan.tools.cli.remote import connect
+from meshplan.tools.render.progress import Progress
 
 _SLACK_S = 10.0  # deadline beyond the solve's own time limit: model build, transport
 CSV_COLUMNS = [
@@ -154,12 +155,14 @@ def run_batch(args: argparse.Namespace) -> int:
     fmt = getattr(args, "format", None) or ("csv" if output.endswith(".csv") else "jsonl")
     show = getattr(args, "progress", None)
     bar = Progress(len(reqs), enabled=sys.stderr.isatty() if show is None else show)
-    failed = 0
+    failed, first = 0, ""
     with _open(output) as out, connect(args, servers) as client:
         write = _writer(out, fmt, reqs)
         try:
             for item in _send(client, reqs, args, in_flight=len(servers)):
-                failed += item.error is not None
+                if item.error is not None:
+                    failed += 1
+                    first = first or f"request {item.index}: {_error_line(item.error)}"
                 write(item)
                 bar.update()
         except PlannerError as err:
@@ -167,7 +170,18 @@ def run_batch(args: argparse.Namespace) -> int:
             print(f"meshplan batch: {shorten(str(err))}", file=sys.stderr)
             return 1
     bar.close()
+    if failed:  # the rows say which and why; the exit status alone would leave the user guessing
+        print(
+            f"meshplan batch: {failed} of {len(reqs)} requests failed (ERROR rows); the first, "
+            f"{shorten(first)}",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
+
+
+def _error_line(err: PlannerError) -> str:
+    fields = "; ".join(f"{v.field}: {v.description}" for v in getattr(err, "violations", []))
+    return f"{err.code.name}: {fields or err.message}"
 
 
 def _send(
@@ -313,32 +327,3 @@ def csv_row(item: BatchItem, req: PlanRequest) -> dict[str, Any]:
     if res.explanation is not None:
         row["min_gpus"] = res.explanation.min_gpus
     return row
-
-
-class Progress:
-    """A one-line progress bar on stderr: [#####.....] 12/100 3.4/s."""
-
-    def __init__(self, total: int, enabled: bool = True, width: int = 30) -> None:
-        self.total, self.enabled, self.width = total, enabled, width
-        self.done = 0
-        self.started = time.monotonic()
-        self._draw()
-
-    def update(self, n: int = 1) -> None:
-        self.done += n
-        self._draw()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.enabled = False
-
-    def _draw(self) -> None:
-        if not self.enabled:
-            return
-        filled = self.width * self.done // max(1, self.total)
-        rate = self.done / max(1e-9, time.monotonic() - self.started)
-        bar = "#" * filled + "." * (self.width - filled)
-        sys.stderr.write(f"\r[{bar}] {self.done}/{self.total} {rate:.1f}/s")
-        sys.stderr.flush()

@@ -18,7 +18,13 @@ PINS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num
 PRECISIONS = ("BF16", "FP8")
 RECOMPUTES = ("NONE", "SELECTIVE", "FULL")
 FRAMEWORKS = ("GENERIC", "KEMPNERFORGE", "MEGATRON", "TORCHTITAN", "DEEPSPEED")
-EMIT_KINDS = ("megatron", "torchtitan", "deepspeed", "kempnerforge")  # tools/export/emit.py's KINDS
+EMIT_KINDS = (
+    "megatron",
+    "torchtitan",
+    "torchtitan-toml",
+    "deepspeed",
+    "kempnerforge",
+)  # emit.KINDS
 
 PIN_WORDS = {  # flag -> (what it is, unit)
     "tp": ("tensor-parallel degree", "GPUs"),
@@ -36,19 +42,34 @@ _EVALUATE_DEFAULTS = {  # the layout fields an evaluate request may leave out, a
     "virtual_stages": "default 1",
     "num_microbatches": "default: derived from the global batch",
 }
+_ZERO_DEFAULT = "default: 1, or 0 when dp*cp = 1: nothing to shard over one rank"
 _SUFFIX = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 
 
 def tokens(text: str) -> int:
-    """A token count: 2097152, 2e6, 15T, 500B or 4M (k, M, B/G, T: powers of 1000)."""
+    """A token count: 2097152, 2e6, 15T, 500B or 16M (k, M, B/G, T: powers of 1000), 4Mi
+    (Ki, Mi, Gi, Ti: powers of 1024, so 4Mi = 512 sequences of 8192)."""
     t = text.strip().replace("_", "").replace(",", "")
-    m = re.fullmatch(r"(\d+(?:\.\d*)?(?:[eE]\d+)?)([kKmMbBgGtT]?)", t)
-    if not m:
+    m = re.fullmatch(r"(\d+(?:\.\d*)?(?:[eE]\d+)?)([kKmMbBgGtT]?)(i?)", t)
+    if not m or (m.group(3) and m.group(2).lower() not in ("k", "m", "g", "t")):
         raise argparse.ArgumentTypeError(f"not a token count: {shorten(text)!r}")
-    value = float(m.group(1)) * _SUFFIX.get(m.group(2).lower(), 1)
+    letter = m.group(2).lower()
+    scale = 1024 ** ("kmgt".index(letter) + 1) if m.group(3) else _SUFFIX.get(letter, 1)
+    value = float(m.group(1)) * scale
     if value != int(value) or value > 2**62:
         raise argparse.ArgumentTypeError(f"not a whole token count: {shorten(text)!r}")
     return int(value)
+
+
+def non_negative(text: str) -> float:
+    """A finite number >= 0 (hours, seconds, a fraction)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {shorten(text)!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {shorten(text)!r}")
+    return value
 
 
 PLOT_FORMATS = ("png", "svg", "pdf")
@@ -179,22 +200,22 @@ def add_training_flags(p: argparse.ArgumentParser, lists: str | None = None) -> 
     many = lists or ""
     p.add_argument(
         "--seq-len",
-        type=None if lists is not None else int,
+        type=None if lists is not None else tokens,
         metavar="TOKENS",
         help=f"sequence length (tokens; default 8192){many}",
     )
     p.add_argument(
         "--global-batch-tokens",
-        type=int,
+        type=tokens,
         metavar="TOKENS",
-        help="tokens per optimizer step, a multiple of the sequence length (default 0: the "
+        help="tokens per optimizer step, e.g. 4M, a multiple of the sequence length (default 0: the "
         "planner chooses, up to the critical batch)",
     )
     p.add_argument(
         "--critical-batch-tokens",
-        type=int,
+        type=tokens,
         metavar="TOKENS",
-        help="cap on the global batch (tokens; default: the optimal batch 0.2920*C^0.3271 of "
+        help="cap on the global batch (tokens, e.g. 16M; default: the optimal batch 0.2920*C^0.3271 of "
         "DeepSeek LLM's scaling law, Bi et al. 2024, for C = 6 x active parameters x "
         "--train-tokens; no cap when --global-batch-tokens is given)",
     )
@@ -236,7 +257,7 @@ def add_memory_pins(p: argparse.ArgumentParser, evaluate: bool) -> None:
         type=int,
         choices=[0, 1, 2, 3],
         help="ZeRO stage over the data-parallel group: 1 shards the optimizer state, 2 also "
-        f"the gradients, 3 also the weights ({'default 1' if evaluate else free})",
+        f"the gradients, 3 also the weights ({_ZERO_DEFAULT if evaluate else free})",
     )
     p.add_argument(
         "--recompute",

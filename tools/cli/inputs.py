@@ -78,8 +78,11 @@ def request_from_flags(a: argparse.Namespace, evaluate: bool) -> dict[str, Any]:
         raise ValueError(
             f"--request: must hold one JSON object ({kind}), got a {type(req).__name__}"
         )
+    origins: dict[str, str] = {}  # request field -> the flag that set it (errors name it)
+    a.origins = origins
     if a.model:
         _section(req, "model").update(model_spec(a.model))
+        origins["model"] = "--model"
     cluster = {
         key: getattr(a, flag)
         for flag, key in (
@@ -92,17 +95,22 @@ def request_from_flags(a: argparse.Namespace, evaluate: bool) -> dict[str, Any]:
     }
     if cluster:
         _section(req, "cluster").update(cluster)
+        flag = {"num_gpus": "--gpus", "gpu": "--gpu"}
+        origins |= {f"cluster.{k}": flag.get(k, _flag(k)) for k in cluster}
     keys = ("seq_len", "global_batch_tokens", "critical_batch_tokens", "train_tokens")
     training = {k: getattr(a, k) for k in (*keys, "precision") if getattr(a, k, None) is not None}
     if getattr(a, "framework", None):
         training["framework"] = a.framework
     if training:
         _section(req, "training").update(training)
+        origins |= {f"training.{k}": _flag(k) for k in training}
     pins = {
         k: getattr(a, k) for k in (*PINS, "zero_stage", "recompute") if getattr(a, k) is not None
     }
     if a.sequence_parallel is not None:
         pins["sequence_parallel"] = a.sequence_parallel == "true"
+    section = "config" if evaluate else "search"
+    origins |= {f"{section}.{k}": _flag(k) for k in pins}
     if evaluate:
         if pins:
             _section(req, "config").update(pins)
@@ -113,4 +121,10 @@ def request_from_flags(a: argparse.Namespace, evaluate: bool) -> dict[str, Any]:
     opts = {k: v for k, v in (("top_k", a.top_k), ("time_limit_s", a.time_limit)) if v is not None}
     if opts:
         _section(req, "options").update(opts)
+        names = {"top_k": "--top-k", "time_limit_s": "--time-limit"}
+        origins |= {f"options.{k}": names[k] for k in opts}
     return req
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")

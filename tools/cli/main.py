@@ -8,7 +8,7 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 EXIT_OK = 0  # a plan was found / the layout fits / every row was answered
@@ -16,6 +16,7 @@ EXIT_ERROR = 1  # anything else: a solve stopped before any plan, a server down,
 EXIT_BAD_INPUT = 2  # a flag, a request field or a file is wrong; one line names it
 EXIT_INFEASIBLE = 3  # no layout fits / the evaluated layout does not fit or breaks a rule
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+EXIT_TERMINATED = 143  # SIGTERM during a sweep or a ladder (128 + SIGTERM)
 
 EXIT_CODES = """\
 exit status:
@@ -27,6 +28,7 @@ exit status:
   3    no layout fits (plan: INFEASIBLE, with the reason and the smallest cluster that fits),
        or the evaluated layout does not fit in memory or breaks a rule
   130  interrupted (Ctrl-C)
+  143  terminated (SIGTERM) during a sweep or a ladder, its worker processes stopped
 """
 
 
@@ -126,10 +128,12 @@ COMMANDS: tuple[Command, ...] = (
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with a one-line, bounded error (exit 2) and help that keeps its line breaks."""
+    """argparse with a one-line, bounded error (exit 2), help that keeps its line breaks, and no
+    abbreviated flags (`--gpus` must never be read as `--gpus-per-node`)."""
 
     def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -165,7 +169,9 @@ def build_parser(chosen: str | None = ALL) -> argparse.ArgumentParser:
     ap.add_argument("--version", action=_Version)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=Parser)
     for c in COMMANDS:
-        p = sub.add_parser(c.name, help=c.help, description=c.help + ".", epilog=EXIT_CODES)
+        p = sub.add_parser(
+            c.name, help=c.help, description=c.help + ".", epilog=EXIT_CODES, allow_abbrev=False
+        )
         if chosen in (ALL, c.name):
             module = importlib.import_module(c.module)
             getattr(module, c.add_arguments)(p)
@@ -193,6 +199,10 @@ def _chosen(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; the exit status is one of EXIT_CODES."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if _chosen(args_list) != "serve":
+        # gRPC's own log lines off before it loads (a failed TLS handshake prints a raw one);
+        # the command's one line says what happened. GRPC_VERBOSITY set by the user wins.
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     try:
         try:
             args = build_parser(_chosen(args_list)).parse_args(args_list)
@@ -207,7 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return status
     except BrokenPipeError:
         return _quiet_broken_pipe()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        if type(e).__name__ == "Terminated":  # tools/cli/interrupt.py: SIGTERM
+            print("meshplan: terminated", file=sys.stderr)
+            return EXIT_TERMINATED
         print("meshplan: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 
@@ -219,28 +232,46 @@ def _run(args: argparse.Namespace) -> int:
     except (BrokenPipeError, KeyboardInterrupt):
         raise
     except Exception as e:  # noqa: BLE001  one line and a status, never a traceback
-        status, line = describe_error(e)
+        status, line = describe_error(e, getattr(args, "origins", None))
         print(f"meshplan {args.cmd}: {line}", file=sys.stderr)
         return status
 
 
-def describe_error(e: Exception) -> tuple[int, str]:
-    """The exit status and the one line for an error a command raised."""
+def describe_error(e: Exception, flags: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """The exit status and the one line for an error a command raised; `flags` maps the request
+    fields the flags set to the flags, so the line names the flag the user typed."""
     from meshplan.tools.cli.messages import one_line, shorten
 
     code = getattr(getattr(e, "code", None), "name", None)  # a client error's gRPC status
     if code is not None:
         said = getattr(e, "message", None) or str(e)
         if code == "INVALID_ARGUMENT":
-            return EXIT_BAD_INPUT, shorten(f"the server refused the request: {said}")
+            from meshplan.tools.cli.messages import name_flag
+
+            fields = "; ".join(
+                f"{name_flag(v.field, flags)}: {v.description}"
+                for v in getattr(e, "violations", ())
+            )
+            return EXIT_BAD_INPUT, shorten(f"the server refused the request: {fields or said}")
         return EXIT_ERROR, shorten(f"the server call failed ({code}): {said}")
+    if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] in _PLANNER:
+        return EXIT_ERROR, (
+            f"this command needs the planner ({e.name} is not installed): "
+            "pip install 'meshplan[planner]'"
+        )
     if isinstance(e, TimeoutError):  # an OSError, but not a bad input
         return EXIT_ERROR, shorten(f"{e}; give the solver more time (--time-limit)")
     if isinstance(e, ValueError | KeyError | OSError):  # pydantic's ValidationError is one too
-        return EXIT_BAD_INPUT, one_line(e)
+        return EXIT_BAD_INPUT, one_line(e, flags)
     if isinstance(e, RecursionError):
         return EXIT_BAD_INPUT, "invalid request: nested too deeply"
     return EXIT_ERROR, shorten(f"internal error: {type(e).__name__}: {e}")
+
+
+# What `pip install 'meshplan[planner]'` adds to the client's install (pyproject.toml).
+_PLANNER = frozenset(
+    {"ortools", "numpy", "matplotlib", "pydantic_settings", "prometheus_client", "tomli_w", "rich"}
+)
 
 
 def _quiet_broken_pipe() -> int:

@@ -41,9 +41,11 @@ def emit_kind(flag: str | None, req: PlanRequest) -> str | None:
         return flag
     framework = req.training.framework.value
     if framework == "GENERIC":
+        from meshplan.tools.cli.flags import EMIT_KINDS
+
         raise ValueError(
             "--emit: the framework is GENERIC, which has no launcher: name one (--emit "
-            "megatron|torchtitan|deepspeed|kempnerforge) or give --framework"
+            f"{'|'.join(EMIT_KINDS)}) or give --framework"
         )
     return framework.lower()
 

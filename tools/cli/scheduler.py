@@ -1,8 +1,9 @@
 """`meshplan curve|replan|admit|front`: the scheduler queries from the command line.
 
 Each prints one artefact on stdout (a table, or --json, or --csv); --plot writes a PNG and says
-so on stderr. Exit status: 0 answered, 3 nothing can be planned / the deadline cannot be met,
-2 bad input (one line naming the field), 1 anything else.
+so on stderr. The flags live in tools/cli/scheduler_flags.py; here they become a request, with
+the defaults their help states, and a map from each request field they set to the flag, so an
+error names the flag the user typed (and the field, for what a --request file set).
 """
 
 from __future__ import annotations
@@ -11,318 +12,121 @@ import argparse
 import sys
 from typing import Any
 
-from meshplan.tools.cli.flags import (
-    FRAMEWORKS,
-    PIN_WORDS,
-    PINS,
-    PRECISIONS,
-    RECOMPUTES,
-    add_memory_pins,
-    add_server_flag,
-    plot_path,
-    tokens,
-)
+from meshplan.tools.cli.flags import PINS
 from meshplan.tools.cli.inputs import model_spec, read_json_file
+from meshplan.tools.cli.scheduler_flags import (
+    BATCH_KINDS,
+    add_admit_arguments,
+    add_curve_arguments,
+    add_front_arguments,
+    add_replan_arguments,
+)
+
+__all__ = [
+    "add_admit_arguments",
+    "add_curve_arguments",
+    "add_front_arguments",
+    "add_replan_arguments",
+    "run_admit",
+    "run_curve",
+    "run_front",
+    "run_replan",
+]
 
 INFEASIBLE = 3
 
 
-def add_curve_arguments(c: argparse.ArgumentParser) -> None:
-    """Flags of `meshplan curve`."""
-    _common(c, pins=True)
-    _clusters(c)
-    _grid(c)
-    c.add_argument(
-        "--knee-gain",
-        type=float,
-        metavar="FRACTION",
-        help="the knee: the smallest count past which the envelope gains less than this per "
-        "doubling (fraction; default 0.05)",
-    )
-    c.add_argument(
-        "--plot",
-        type=plot_path,
-        metavar="FILE",
-        help="draw goodput and its envelope against GPUs (PNG, SVG or PDF by suffix; default: "
-        "no picture)",
-    )
+class _Request:
+    """A request dict built from --request and the flags, remembering which flag set which
+    field (a.origins, read by tools/cli/main.py when it reports an error)."""
+
+    def __init__(self, a: argparse.Namespace) -> None:
+        req: Any = read_json_file(a.request) if a.request else {}
+        if not isinstance(req, dict):
+            raise ValueError(f"--request: must hold a JSON object, got {type(req).__name__}")
+        self.data: dict[str, Any] = req
+        self.origins: dict[str, str] = {}
+        a.origins = self.origins
+
+    def section(self, path: str) -> dict[str, Any]:
+        """The object at a dotted path, created if absent."""
+        node = self.data
+        for key in path.split("."):
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"{key}: must be a JSON object, got {type(node).__name__}")
+        return node
+
+    def put(self, field: str, value: Any, flag: str) -> None:
+        """Set a dotted field from a flag."""
+        head, _, name = field.rpartition(".")
+        (self.section(head) if head else self.data)[name] = value
+        self.origins[field] = flag
+
+    def given(self, field: str) -> bool:
+        """True if the request file (or a flag already) set the dotted field."""
+        node: Any = self.data
+        for key in field.split("."):
+            if not isinstance(node, dict) or key not in node:
+                return False
+            node = node[key]
+        return True
 
 
-def add_replan_arguments(r: argparse.ArgumentParser) -> None:
-    """Flags of `meshplan replan`."""
-    _common(r, pins=False)
-    r.add_argument(
-        "--gpu", metavar="NAME", help="catalog GPU of the running cluster (default h100-sxm-80gb)"
-    )
-    r.add_argument(
-        "--gpus", type=int, metavar="N", help="GPUs the job runs on now (count; required)"
-    )
-    r.add_argument(
-        "--gpus-per-node",
-        type=int,
-        metavar="N",
-        help="GPUs per node (count; default: the catalog's)",
-    )
-    for name in (*PINS, "zero_stage"):
-        what, unit = PIN_WORDS.get(name, (name.replace("_", " "), "count"))
-        r.add_argument(
-            "--" + name.replace("_", "-"),
-            type=int,
-            dest=name,
-            metavar="N",
-            help=f"the running layout's {what} ({unit}; default: 1, or required for tp, pp, dp, "
-            "micro-batch size)",
-        )
-    r.add_argument(
-        "--recompute",
-        type=str.upper,
-        choices=RECOMPUTES,
-        help="the running layout's recomputation, any case (default NONE)",
-    )
-    ev = r.add_mutually_exclusive_group()
-    ev.add_argument("--lose", type=int, metavar="NODES", help="nodes lost (count; default 1)")
-    ev.add_argument("--gain", type=int, metavar="NODES", help="nodes gained (count; default 0)")
-    ev.add_argument(
-        "--precompute",
-        type=int,
-        metavar="K",
-        help="a row per loss of 1..K nodes, the table an elastic job reads at restart "
-        "(count; default: one event)",
-    )
-    r.add_argument(
-        "--compatibility",
-        type=str.upper,
-        choices=["SAME_MODEL_PARALLEL", "SAME_TP", "FREE"],
-        help="what the new layout keeps: every model-parallel degree (dp changes), tp, or "
-        "nothing (default SAME_MODEL_PARALLEL)",
-    )
-    r.add_argument(
-        "--checkpoint-reshard",
-        type=str.upper,
-        choices=["DP_ONLY", "FULL"],
-        help="how the checkpoint can be resharded (default DP_ONLY, Megatron-Core's "
-        "distributed optimizer)",
-    )
-    r.add_argument(
-        "--no-idle-gpus",
-        action="store_true",
-        help="use every GPU left (default: a layout may leave some idle)",
-    )
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
 
 
-def add_admit_arguments(a: argparse.ArgumentParser) -> None:
-    """Flags of `meshplan admit`."""
-    _common(a, pins=True)
-    _clusters(a)
-    _grid(a)
-    a.add_argument(
-        "--tokens",
-        type=tokens,
-        metavar="TOKENS",
-        help="training tokens left (tokens, e.g. 2T; required unless --steps)",
-    )
-    a.add_argument(
-        "--steps",
-        type=int,
-        metavar="N",
-        help="optimizer steps left (count; required unless --tokens)",
-    )
-    a.add_argument(
-        "--deadline-hours",
-        type=float,
-        metavar="H",
-        help="hours from now to the deadline (hours; give it or --deadline-unix; default: none)",
-    )
-    a.add_argument(
-        "--deadline-unix",
-        type=float,
-        metavar="T",
-        help="deadline as a Unix time (s; default: none)",
-    )
-    a.add_argument(
-        "--startup-overhead",
-        type=float,
-        metavar="S",
-        help="time to start the job before the first step (s; default 0)",
-    )
-    a.add_argument(
-        "--downtime",
-        type=float,
-        metavar="FRACTION",
-        help="share of wall time lost to failures and restarts (fraction; default 0)",
-    )
-    a.add_argument(
-        "--band-upper",
-        action="store_true",
-        help="plan on the slow end of the uncertainty band (default: the prediction)",
-    )
-    a.add_argument(
-        "--objective",
-        type=str.upper,
-        choices=["FEWEST_GPUS", "CHEAPEST", "FEWEST_GPU_HOURS"],
-        help="how the overall pick is made, any case (default FEWEST_GPUS)",
-    )
-
-
-def add_front_arguments(f: argparse.ArgumentParser) -> None:
-    """Flags of `meshplan front`."""
-    _common(f, pins=True)
-    _clusters(f)
-    _grid(f)
-    f.add_argument(
-        "--token-budget",
-        type=tokens,
-        metavar="TOKENS",
-        help="tokens to train (tokens, e.g. 15T; required)",
-    )
-    f.add_argument(
-        "--plot",
-        type=plot_path,
-        metavar="FILE",
-        help="draw the front (PNG, SVG or PDF by suffix; default: no picture)",
-    )
-
-
-def _common(p: argparse.ArgumentParser, pins: bool) -> None:
-    p.add_argument(
-        "--request",
-        metavar="FILE",
-        help="a full request as JSON with the contract's field names, '-' for stdin; flags "
-        "written over it (default: none)",
-    )
-    p.add_argument(
-        "--model",
-        metavar="NAME|PATH",
-        help="a catalog model (e.g. llama3-70b) or a Hugging Face config.json or its directory "
-        "(required unless --request names it)",
-    )
-    p.add_argument(
-        "--seq-len", type=int, metavar="TOKENS", help="sequence length (tokens; default 8192)"
-    )
-    p.add_argument(
-        "--precision",
-        type=str.upper,
-        choices=PRECISIONS,
-        help="training precision, any case (default BF16)",
-    )
-    p.add_argument(
-        "--framework",
-        type=str.upper,
-        choices=FRAMEWORKS,
-        help="the framework profile, any case (default: the planner's default profile)",
-    )
-    p.add_argument(
-        "--critical-batch-tokens",
-        type=int,
-        metavar="TOKENS",
-        help="cap on the global batch (tokens; default: the planner's scaling-law cap)",
-    )
-    p.add_argument(
-        "--batch",
-        type=str.lower,
-        choices=["fixed-global", "per-replica", "free"],
-        help="batch policy: every cell trains --global-batch-tokens, or --per-replica-batch-"
-        "tokens x dp, or the planner chooses up to --max-global-batch-tokens (default: "
-        "fixed-global when --global-batch-tokens is given, else free)",
-    )
-    for name, what in (
-        ("global", "the global batch every cell trains"),
-        ("per_replica", "tokens per data-parallel replica"),
-        ("min_global", "the least global batch under the free policy"),
-        ("max_global", "the largest global batch under the free policy"),
-    ):
-        p.add_argument(
-            f"--{name.replace('_', '-')}-batch-tokens",
-            type=int,
-            metavar="TOKENS",
-            help=f"{what} (tokens; default: none)",
-        )
-    p.add_argument(
-        "--noise-scale-tokens",
-        type=float,
-        metavar="TOKENS",
-        help="gradient noise scale for goodput, Pollux's statistical efficiency (tokens; "
-        "default: none, goodput = throughput)",
-    )
-    p.add_argument(
-        "--reference-batch-tokens",
-        type=int,
-        metavar="TOKENS",
-        help="the batch of statistical efficiency 1 (tokens; default: the smallest cell's)",
-    )
-    p.add_argument(
-        "--observations",
-        metavar="FILE",
-        help="JSON list of measured cells (layout + step time) to correct the curve (default: "
-        "none)",
-    )
-    p.add_argument(
-        "--cell-time-limit",
-        type=float,
-        metavar="S",
-        help="solve time cap per cell (s; default 10)",
-    )
+def _base(a: argparse.Namespace, pins: bool = True, batch: str = "FREE") -> _Request:
+    """The request's parts every query shares; `batch`: the policy with no batch flag."""
+    r = _Request(a)
+    if a.model:
+        r.section("model").update(model_spec(a.model))
+        r.origins["model"] = "--model"
+    for key in ("seq_len", "precision", "framework", "critical_batch_tokens"):
+        if getattr(a, key) is not None:
+            r.put(f"training.{key}", getattr(a, key), _flag(key))
+    _batch(a, r, batch)
+    if a.observations:
+        r.put("observations", read_json_file(a.observations, "--observations"), "--observations")
+    if a.cell_time_limit is not None:
+        r.put("options.cell_time_limit_s", a.cell_time_limit, "--cell-time-limit")
+    if getattr(a, "knee_gain", None) is not None:
+        r.put("options.knee_gain", a.knee_gain, "--knee-gain")
     if pins:
-        for name in PINS:
-            what, unit = PIN_WORDS.get(name, (name.replace("_", " "), "count"))
-            p.add_argument(
-                "--" + name.replace("_", "-"),
-                type=int,
-                dest=name,
-                metavar="N",
-                help=f"pin {what} in every cell ({unit}; default: free)",
-            )
-        add_memory_pins(p, evaluate=False)
-    add_server_flag(p, "HOST:PORT of a meshplan server (default: in-process)")
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=600.0,
-        metavar="S",
-        help="deadline of a --server call (s; default 600)",
-    )
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="print the answer as JSON")
-    out.add_argument("--csv", action="store_true", help="print the rows as CSV")
+        for key in (*PINS, "zero_stage", "recompute"):
+            if getattr(a, key) is not None:
+                r.put(f"search.{key}", getattr(a, key), _flag(key))
+        if a.sequence_parallel is not None:
+            r.put("search.sequence_parallel", a.sequence_parallel == "true", "--sequence-parallel")
+    if hasattr(a, "counts"):
+        _apply_clusters(a, r)
+    return r
 
 
-def _clusters(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--gpu",
-        metavar="NAMES",
-        help="comma-separated catalog GPUs, one curve each (default h100-sxm-80gb)",
-    )
-    p.add_argument(
-        "--gpus-per-node", type=int, metavar="N", help="GPUs per node (count; default: catalog)"
-    )
-    p.add_argument(
-        "--max-gpus",
-        metavar="N[,N...]",
-        help="GPUs available per type, one value or one per --gpu (count; default: no limit)",
-    )
-    p.add_argument(
-        "--price",
-        metavar="USD[,USD...]",
-        help="price per GPU-hour per type, one value or one per --gpu (USD; default: none)",
-    )
-
-
-def _grid(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--counts",
-        metavar="N[,N...]",
-        help="comma-separated GPU counts (count; default: 1, 2, 4, 8, then whole nodes)",
-    )
-    p.add_argument(
-        "--nodes",
-        metavar="MIN..MAX",
-        help="whole nodes MIN..MAX, or MAX (nodes; default: see --counts)",
-    )
-    p.add_argument(
-        "--sub-node",
-        action="store_true",
-        help="also 1, 2, 4, ... GPUs below a node (default: whole nodes only with --nodes)",
-    )
+def _batch(a: argparse.Namespace, r: _Request, default: str) -> None:
+    """The batch policy: --batch, or as its help says, fixed-global with
+    --global-batch-tokens, per-replica with --per-replica-batch-tokens, else `default`."""
+    for name in ("global", "per_replica", "min_global", "max_global"):
+        value = getattr(a, f"{name}_batch_tokens")
+        if value is not None:
+            r.put(f"batch.{name}_batch_tokens", value, _flag(f"{name}_batch_tokens"))
+    if a.batch:
+        r.put("batch.kind", BATCH_KINDS[a.batch], "--batch")
+    elif not r.given("batch.kind"):
+        kind = default
+        if a.global_batch_tokens is not None:
+            kind = "FIXED_GLOBAL"
+        elif a.per_replica_batch_tokens is not None:
+            kind = "FIXED_PER_REPLICA"
+        r.put("batch.kind", kind, "--batch")
+    if a.noise_scale_tokens is not None or a.reference_batch_tokens is not None:
+        eff = "batch.statistical_efficiency"
+        r.section(eff)
+        r.origins[eff] = "--noise-scale-tokens"
+        for key in ("noise_scale_tokens", "reference_batch_tokens"):
+            if getattr(a, key) is not None:
+                r.put(f"{eff}.{key}", getattr(a, key), _flag(key))
 
 
 def _list(text: str | None, kind: type, flag: str) -> list:
@@ -334,78 +138,51 @@ def _list(text: str | None, kind: type, flag: str) -> list:
         raise ValueError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
 
 
-def _base(a: argparse.Namespace, pins: bool = True) -> dict:
-    req: Any = read_json_file(a.request) if a.request else {}
-    if not isinstance(req, dict):
-        raise ValueError(f"--request: must hold a JSON object, got {type(req).__name__}")
-    if a.model:
-        req.setdefault("model", {}).update(model_spec(a.model))
-    training = req.setdefault("training", {})
-    for key in ("seq_len", "precision", "framework", "critical_batch_tokens"):
-        if getattr(a, key) is not None:
-            training[key] = getattr(a, key)
-    batch = req.setdefault("batch", {})
-    if a.batch:
-        kind = {"fixed-global": "FIXED_GLOBAL", "per-replica": "FIXED_PER_REPLICA"}
-        batch["kind"] = kind.get(a.batch, "FREE")
-    for name in ("global", "per_replica", "min_global", "max_global"):
-        value = getattr(a, f"{name}_batch_tokens")
-        if value is not None:
-            batch[f"{name}_batch_tokens"] = value
-    if a.noise_scale_tokens is not None or a.reference_batch_tokens is not None:
-        batch["statistical_efficiency"] = {
-            "noise_scale_tokens": a.noise_scale_tokens,
-            "reference_batch_tokens": a.reference_batch_tokens,
-        }
-    if a.observations:
-        req["observations"] = read_json_file(a.observations, "--observations")
-    options = req.setdefault("options", {})
-    if a.cell_time_limit is not None:
-        options["cell_time_limit_s"] = a.cell_time_limit
-    if getattr(a, "knee_gain", None) is not None:
-        options["knee_gain"] = a.knee_gain
-    if pins:
-        search = req.setdefault("search", {})
-        for key in (*PINS, "zero_stage", "recompute"):
-            if getattr(a, key) is not None:
-                search[key] = getattr(a, key)
-        if a.sequence_parallel is not None:
-            search["sequence_parallel"] = a.sequence_parallel == "true"
-    if hasattr(a, "counts"):
-        _apply_clusters(a, req)
-    return req
-
-
-def _apply_clusters(a: argparse.Namespace, req: dict) -> None:
-    gpus = (a.gpu or "").split(",") if a.gpu else []
-    clusters = req.get("clusters") or [{"gpu": g} for g in gpus] or [{}]
+def _apply_clusters(a: argparse.Namespace, r: _Request) -> None:
+    gpus = a.gpu.split(",") if a.gpu else []
+    clusters = r.data.get("clusters") or [{"gpu": g} for g in gpus] or [{}]
     if gpus and len(gpus) != len(clusters):
         clusters = [{"gpu": g} for g in gpus]
+    if gpus:
+        r.origins["clusters"] = "--gpu"
     for flag, key, kind in (("max_gpus", "max_gpus", int), ("price", "price_per_gpu_hour", float)):
-        values = _list(getattr(a, flag), kind, f"--{flag.replace('_', '-')}")
+        values = _list(getattr(a, flag), kind, _flag(flag))
         if len(values) == 1:
             values *= len(clusters)
         if values and len(values) != len(clusters):
-            raise ValueError(f"--{flag.replace('_', '-')}: give one value or one per --gpu")
+            raise ValueError(f"{_flag(flag)}: give one value or one per --gpu")
         for c, v in zip(clusters, values, strict=False):
             c[key] = v
-    for c in clusters:
-        if a.gpus_per_node is not None:
+        if values:
+            r.origins[f"clusters.{key}"] = _flag(flag)
+    if a.gpus_per_node is not None:
+        for c in clusters:
             c["gpus_per_node"] = a.gpus_per_node
-    req["clusters"] = clusters
-    grid = dict(req.get("grid") or {})
+        r.origins["clusters.gpus_per_node"] = "--gpus-per-node"
+    if gpus:
+        r.origins["clusters.gpu"] = "--gpu"
+    r.data["clusters"] = clusters
+    grid = dict(r.data.get("grid") or {})
     if a.counts:
         grid["counts"] = _list(a.counts, int, "--counts")
+        r.origins["grid"] = r.origins["grid.counts"] = "--counts"
     if a.nodes:
         lo, _, hi = a.nodes.partition("..")
         try:
             grid["min_nodes"], grid["max_nodes"] = (int(lo), int(hi)) if hi else (1, int(lo))
         except ValueError:
             raise ValueError(f"--nodes: expected MIN..MAX whole nodes, got {a.nodes!r}") from None
+        r.origins["grid"] = r.origins["grid.min_nodes"] = r.origins["grid.max_nodes"] = "--nodes"
     if a.sub_node:
         grid["sub_node"] = True
     if grid:
-        req["grid"] = grid
+        r.data["grid"] = grid
+
+
+def _need_grid(r: _Request) -> None:
+    """curve and front read a grid: --counts, --nodes, or the request's."""
+    if not r.data.get("grid"):
+        raise ValueError("--counts or --nodes: give the GPU counts of the grid")
 
 
 def _call(a: argparse.Namespace, method: str, req: Any) -> Any:
@@ -414,15 +191,10 @@ def _call(a: argparse.Namespace, method: str, req: Any) -> Any:
         from meshplan.solver import scheduler
 
         return getattr(scheduler, method)(req)
-    from meshplan.client import InvalidRequestError
     from meshplan.tools.cli.remote import connect
 
     with connect(a) as client:
-        try:
-            return getattr(client, method)(req, timeout=a.timeout)
-        except InvalidRequestError as err:
-            fields = "; ".join(f"{v.field}: {v.description}" for v in err.violations)
-            raise ValueError(fields or err.message) from None
+        return getattr(client, method)(req, timeout=a.timeout)
 
 
 def _emit(a: argparse.Namespace, answer: Any, table: str, rows: list[dict]) -> None:
@@ -440,7 +212,9 @@ def run_curve(a: argparse.Namespace) -> int:
     from meshplan.solver.scheduler import CellStatus, CurveRequest
     from meshplan.tools.render.scheduler_tables import curve_rows, curve_table
 
-    req = CurveRequest.model_validate(_base(a))
+    r = _base(a)
+    _need_grid(r)
+    req = CurveRequest.model_validate(r.data)
     res = _call(a, "scaling_curve", req)
     _emit(a, res, curve_table(res), curve_rows(res))
     if a.plot:
@@ -456,59 +230,70 @@ def run_replan(a: argparse.Namespace) -> int:
     from meshplan.solver.scheduler import CellStatus, ReplanRequest
     from meshplan.tools.render.scheduler_tables import replan_rows, replan_table
 
-    data = _base(a, pins=False)
-    cluster = data.setdefault("cluster", {})
+    r = _base(a, pins=False, batch="FIXED_GLOBAL")
     for flag, key in (("gpu", "gpu"), ("gpus", "num_gpus"), ("gpus_per_node", "gpus_per_node")):
         if getattr(a, flag) is not None:
-            cluster[key] = getattr(a, flag)
-    config = data.setdefault("config", {})
+            r.put(f"cluster.{key}", getattr(a, flag), _flag(flag))
     for key in (*PINS, "zero_stage", "recompute"):
         if getattr(a, key) is not None:
-            config[key] = getattr(a, key)
-    event = data.setdefault("event", {})
+            r.put(f"config.{key}", getattr(a, key), _flag(key))
+        elif not r.given(f"config.{key}"):  # a required one missing: name the flag to give
+            r.origins[f"config.{key}"] = _flag(key)
+    for key, flag in (("cluster.num_gpus", "--gpus"), ("model", "--model")):
+        if not r.given(key):
+            r.origins[key] = flag
     if a.lose is not None:
-        event["delta_nodes"] = -a.lose
-    if a.gain is not None:
-        event["delta_nodes"] = a.gain
-    if a.precompute is not None:
-        event["precompute_nodes"] = a.precompute
-    for key in ("compatibility", "checkpoint_reshard"):
-        if getattr(a, key):
-            data[key] = getattr(a, key)
+        r.put("event.delta_nodes", -a.lose, "--lose")
+    elif a.gain is not None:
+        r.put("event.delta_nodes", a.gain, "--gain")
+    elif a.precompute is not None:
+        r.put("event.precompute_nodes", a.precompute, "--precompute")
+    elif not r.data.get("event"):
+        r.put("event.delta_nodes", -1, "--lose")  # the help's default: one node lost
+    r.origins["event"] = r.origins.get("event.delta_nodes") or "--precompute"
+    for key, default in (("compatibility", "SAME_MODEL_PARALLEL"), ("checkpoint_reshard", None)):
+        value = getattr(a, key) or (None if r.given(key) else default)
+        if value:
+            r.put(key, value, _flag(key))
     if a.no_idle_gpus:
-        data["allow_idle_gpus"] = False
-    if not data["batch"]:
-        data["batch"] = {"kind": "FIXED_GLOBAL"}  # keep the running global batch
-    req = ReplanRequest.model_validate(data)
+        r.put("allow_idle_gpus", False, "--no-idle-gpus")
+    if a.global_batch_tokens is not None:  # the running batch, from which M follows
+        r.origins["config.num_microbatches"] = "--num-microbatches"
+    req = ReplanRequest.model_validate(r.data)
     res = _call(a, "replan", req)
     _emit(a, res, replan_table(res), replan_rows(res))
-    return 0 if any(r.status is CellStatus.PLANNED for r in res.rows) else INFEASIBLE
+    return 0 if any(row.status is CellStatus.PLANNED for row in res.rows) else INFEASIBLE
 
 
 def run_admit(a: argparse.Namespace) -> int:
     from meshplan.solver.scheduler import AdmitRequest
     from meshplan.tools.render.scheduler_tables import admit_rows, admit_table
 
-    data = _base(a)
-    work = data.setdefault("work", {})
+    r = _base(a)
     if a.tokens is not None:
-        work["tokens"] = a.tokens
+        r.put("work.tokens", a.tokens, "--tokens")
     if a.steps is not None:
-        work["steps"] = a.steps
+        r.put("work.steps", a.steps, "--steps")
+    if a.tokens is not None or a.steps is not None:
+        r.origins["work"] = "--tokens" if a.tokens is not None else "--steps"
     if a.deadline_hours is not None:
-        data["deadline_s"] = a.deadline_hours * 3600
+        r.put("deadline_s", a.deadline_hours * 3600, "--deadline-hours")
     if a.deadline_unix is not None:
-        data["deadline_unix_s"] = a.deadline_unix
+        r.put("deadline_unix_s", a.deadline_unix, "--deadline-unix")
     for flag, key in (
         ("startup_overhead", "startup_overhead_s"),
         ("downtime", "downtime_fraction"),
         ("objective", "objective"),
     ):
         if getattr(a, flag) is not None:
-            data[key] = getattr(a, flag)
+            r.put(key, getattr(a, flag), _flag(flag))
     if a.band_upper:
-        data["use_band_upper"] = True
-    req = AdmitRequest.model_validate(data)
+        r.put("use_band_upper", True, "--band-upper")
+    if not r.given("work"):
+        raise ValueError("--tokens or --steps: give the work left")
+    if not (r.given("deadline_s") or r.given("deadline_unix_s")):
+        raise ValueError("--deadline-hours or --deadline-unix: give the deadline")
+    req = AdmitRequest.model_validate(r.data)
     res = _call(a, "smallest_allocation", req)
     _emit(a, res, admit_table(res), admit_rows(res))
     return 0 if res.feasible else INFEASIBLE
@@ -518,10 +303,11 @@ def run_front(a: argparse.Namespace) -> int:
     from meshplan.solver.scheduler import FrontRequest
     from meshplan.tools.render.scheduler_tables import front_rows, front_table
 
-    data = _base(a)
+    r = _base(a)
+    _need_grid(r)
     if a.token_budget is not None:
-        data["token_budget"] = a.token_budget
-    req = FrontRequest.model_validate(data)
+        r.put("token_budget", a.token_budget, "--token-budget")
+    req = FrontRequest.model_validate(r.data)
     res = _call(a, "training_front", req)
     _emit(a, res, front_table(res), front_rows(res))
     if a.plot:

@@ -19,6 +19,7 @@ from meshplan.tools.cli.flags import (
     plot_path,
 )
 from meshplan.tools.cli.inputs import request_from_flags
+from meshplan.tools.cli.interrupt import Terminated
 from meshplan.tools.sweep.grid import expand_models, parse_gpus, parse_ints
 from meshplan.tools.sweep.ladder import SEED_RUNGS
 
@@ -198,12 +199,10 @@ def cmd_sweep(a: argparse.Namespace) -> int:
             stats = run_sweep(
                 jobs, files, workers=a.jobs, servers=_servers(a), timeout=a.timeout, progress=show
             )
-        except KeyboardInterrupt:
-            print(
-                "meshplan sweep: interrupted; rows written are kept: rerun to resume",
-                file=sys.stderr,
-            )
-            return 130
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated): workers stopped
+            how = "terminated" if isinstance(e, Terminated) else "interrupted"
+            print(f"meshplan sweep: {how}; rows written are kept: rerun to resume", file=sys.stderr)
+            return 143 if isinstance(e, Terminated) else 130
         keys = {j.key for j in jobs}
         rows = [r for r in files.rows if r.get("key") in keys]
     counts = ", ".join(f"{n} {s}" for s, n in sorted(stats.statuses.items())) or "nothing new"

@@ -1,19 +1,21 @@
 """Render a plan as the input of the framework that runs it: Megatron-LM `pretrain_gpt.py`
-arguments, a torchtitan TOML job config, a DeepSpeed JSON config with the Megatron-DeepSpeed
-arguments it needs, or a KempnerForge TOML config.
+arguments, a torchtitan 0.3.0 configuration module (or the TOML job config of torchtitan up to
+0.2.2), a DeepSpeed JSON config with the Megatron-DeepSpeed arguments it needs, or a
+KempnerForge TOML config.
 
 Every knob the plan chose is in the snippet (tp, pp, virtual stages, dp/FSDP, cp, ep, etp,
 micro-batch, global batch, ZeRO stage or its framework's name for it, recomputation, sequence
-parallelism, precision) and so is the model's shape, a catalog preset resolved. A plan the
-framework cannot express is refused: ValueError listing the framework's rules it breaks (the
-profiles of solver/profiles.py, which the planner obeys when the request names that framework).
-Names and values are those of the frameworks at the commits solver/profiles.py cites. The
-overlaps the plan was timed with (the profile's defaults and the request's switches) are
-switched on in the framework's own flags (tools/export/overlaps.py).
+parallelism, precision) and so is the model's shape, a catalog preset resolved, with its RoPE
+base, QK-norm and latent attention where the framework has them (tools/export/attention.py). A
+plan the framework cannot express is refused: ValueError listing the framework's rules it breaks
+(the profiles of solver/profiles.py, which the planner obeys when the request names that
+framework). Names and values are those of the frameworks at the commits solver/profiles.py
+cites. The overlaps the plan was timed with (the profile's defaults and the request's switches)
+are switched on in the framework's own flags (tools/export/overlaps.py).
 
     emit(kind, config, model, training, global_batch_tokens) -> str
-    kind: "megatron", "torchtitan", "deepspeed", "kempnerforge", or None for the export of
-    training.framework's profile (GENERIC exports Megatron-LM arguments).
+    kind: one of KINDS, or None for the export of training.framework's profile (GENERIC exports
+    Megatron-LM arguments).
 """
 
 from __future__ import annotations
@@ -21,16 +23,17 @@ from __future__ import annotations
 from meshplan.solver.arch import Arch, resolve_model
 from meshplan.solver.costmodel import Point
 from meshplan.solver.profiles import PROFILES, Profile, profile_of
-from meshplan.solver.rules import launcher_violations
+from meshplan.solver.rules import launcher_violations, model_limits
 from meshplan.solver.schema import Framework, ModelSpec, ParallelConfig, TrainingSpec
 from meshplan.tools.export import formats as fmt
-from meshplan.tools.export import overlaps
+from meshplan.tools.export import overlaps, torchtitan
 from meshplan.tools.export import toml_formats as export_toml
 
-KINDS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed", "kempnerforge")
+KINDS: tuple[str, ...] = ("megatron", "torchtitan", "torchtitan-toml", "deepspeed", "kempnerforge")
 FRAMEWORK_OF: dict[str, Framework] = {
     "megatron": Framework.MEGATRON,
     "torchtitan": Framework.TORCHTITAN,
+    "torchtitan-toml": Framework.TORCHTITAN,
     "deepspeed": Framework.DEEPSPEED,
     "kempnerforge": Framework.KEMPNERFORGE,
 }
@@ -63,16 +66,27 @@ def emit(
     _check(kind, prof, Point.from_config(c), A, training)
     render = {
         "megatron": fmt.megatron,
-        "torchtitan": export_toml.torchtitan,
+        "torchtitan": torchtitan.render,
+        "torchtitan-toml": export_toml.torchtitan,
         "deepspeed": fmt.deepspeed,
         "kempnerforge": export_toml.kempnerforge,
     }[kind]
     return render(c, A, training, seqs, prof)
 
 
+def shape_limits(kind: str, A: Arch) -> list[str]:
+    """Model shapes a framework's config cannot describe: solver/rules.py's model_limits (which
+    the planner refuses too), the attention it cannot build, torchtitan's registry."""
+    out = model_limits(A, PROFILES[FRAMEWORK_OF[kind]]) + fmt.attention_limits(kind, A)
+    if kind == "torchtitan":
+        out += torchtitan.limits(A)
+    if kind == "torchtitan-toml":
+        out += export_toml.torchtitan_limits_toml(A)
+    return out
+
+
 def _check(kind: str, prof: Profile, p: Point, A: Arch, training: TrainingSpec) -> None:
-    bad = launcher_violations(p, A, training, prof)
-    bad += fmt.shape_limits(kind, A)
+    bad = launcher_violations(p, A, training, prof) + shape_limits(kind, A)
     if kind == "megatron":
         bad += overlaps.megatron_conflicts(p.config(), A, training)
     if bad:

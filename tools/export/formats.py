@@ -7,27 +7,22 @@ from __future__ import annotations
 import json
 import shlex
 
-from meshplan.solver.arch import Arch, resolve_model
+from meshplan.solver.arch import Arch
 from meshplan.solver.profiles import Profile
-from meshplan.solver.schema import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
+from meshplan.solver.schema import ParallelConfig, Precision, Recompute, TrainingSpec
 from meshplan.tools.export import overlaps
+from meshplan.tools.export.attention import attention_of, unknown_note
 
 
-def shape_limits(kind: str, A: Arch) -> list[str]:
-    """Model shapes a framework's config cannot describe."""
-    out = []
-    if kind == "kempnerforge":
-        if A.hd:
-            out.append("KempnerForge's ModelConfig has no head_dim (it is dim / n_heads)")
-        if A.is_moe and A.n_dense:
-            out.append("KempnerForge's moe_frequency cannot place leading dense layers")
-        if A.is_moe and A.fe % 16:
-            out.append("KempnerForge rounds the expert FFN width to a multiple of 16")
-    if kind == "deepspeed" and A.is_moe and (A.fe != A.f or A.shared):
-        out.append(
-            "Megatron-DeepSpeed experts have the dense FFN width and no shared experts "
-            "(--num-experts, --ffn-hidden-size)"
-        )
+def attention_limits(kind: str, A: Arch) -> list[str]:
+    """Attention a framework's model cannot build (QK-norm, latent attention)."""
+    att, out = attention_of(A), []
+    if att is None:
+        return out
+    if att.mla is not None and kind in ("deepspeed", "kempnerforge"):
+        out.append(f"{kind}'s model has no multi-head latent attention")
+    if att.qk_norm and kind == "deepspeed":
+        out.append("Megatron-DeepSpeed's model has no QK-norm")
     return out
 
 
@@ -50,14 +45,6 @@ def chunk_sizes(L: int, chunks: int) -> list[int]:
     for i in order[:extra]:
         sizes[i] += 1
     return sizes
-
-
-def catalog_twin(A: Arch) -> str | None:
-    """The catalog name of A when A is exactly that preset."""
-    try:
-        return A.name if resolve_model(ModelSpec(preset=A.name)) == A else None
-    except KeyError:
-        return None
 
 
 def _flags(args: list[tuple[str, object]]) -> str:
@@ -132,6 +119,8 @@ def megatron(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profi
     args += _megatron_model(A, dispatcher=None if deepep else "alltoall")
     head = [summary(c, t, seqs, prof), "Megatron-LM arguments for pretrain_gpt.py"]
     head += [overlaps.describe(c, A, t), *overlaps.note_lines(notes)]
+    if attention_of(A) is None:
+        head.append(unknown_note(A))
     return "\n".join([f"# {h}" for h in head] + [_flags(args)]) + "\n"
 
 
@@ -144,9 +133,11 @@ def _megatron_model(A: Arch, dispatcher: str | None) -> list[tuple[str, object]]
         ("--num-attention-heads", A.a),
         ("--vocab-size", A.V),
     ]
-    if A.kv != A.a:
+    att = attention_of(A)
+    mla = att.mla if att is not None else None
+    if A.kv != A.a and mla is None:
         out += [("--group-query-attention", None), ("--num-query-groups", A.kv)]
-    if A.hd:
+    if A.hd and mla is None:
         out.append(("--kv-channels", A.hd))
     if A.gated:
         out += [
@@ -154,6 +145,19 @@ def _megatron_model(A: Arch, dispatcher: str | None) -> list[tuple[str, object]]
             ("--normalization", "RMSNorm"),
             ("--position-embedding-type", "rope"),
             ("--disable-bias-linear", None),
+        ]
+    if att is not None and att.rope_theta is not None and A.gated:
+        out.append(("--rotary-base", int(att.rope_theta)))  # arguments.py: type=int
+    if att is not None and att.qk_norm:
+        out.append(("--qk-layernorm", None))
+    if mla is not None:  # megatron/core/transformer/multi_latent_attention.py
+        out += [
+            ("--multi-latent-attention", None),
+            ("--q-lora-rank", mla.q_lora_rank),
+            ("--kv-lora-rank", mla.kv_lora_rank),
+            ("--qk-head-dim", mla.qk_nope_head_dim),
+            ("--qk-pos-emb-head-dim", mla.qk_rope_head_dim),
+            ("--v-head-dim", mla.v_head_dim),
         ]
     if not A.tied:
         out.append(("--untie-embeddings-and-output-weights", None))
@@ -197,6 +201,7 @@ def deepspeed(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Prof
     ]
     if A.hd:
         args.append(("--kv-channels", A.hd))
+    att = attention_of(A)
     if A.gated:
         args += [
             ("--swiglu", None),
@@ -205,6 +210,8 @@ def deepspeed(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Prof
             ("--no-position-embedding", None),
             ("--disable-bias-linear", None),
         ]
+        if att is not None and att.rope_theta is not None:
+            args.append(("--rotary-position-embeddings-theta", int(att.rope_theta)))
     if not A.tied:
         args.append(("--untie-embeddings-and-output-weights", None))
     if A.is_moe:
@@ -228,7 +235,8 @@ def deepspeed(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Prof
     overlap_comm, notes = overlaps.deepspeed(c, A, t)
     cfg: dict[str, object] = {
         "_meshplan": summary(c, t, seqs, prof),
-        "_overlaps": [overlaps.describe(c, A, t), *overlaps.note_lines(notes)],
+        "_overlaps": [overlaps.describe(c, A, t), *overlaps.note_lines(notes)]
+        + ([] if att is not None else [unknown_note(A)]),
         "_megatron_deepspeed": "pretrain_gpt.py " + " ".join(_flags(args).split(" \\\n")),
         "train_batch_size": seqs,  # sequences over dp replicas
         "train_micro_batch_size_per_gpu": c.micro_batch_size,

@@ -106,9 +106,28 @@ def megatron(c: ParallelConfig, A: Arch, t: TrainingSpec) -> tuple[Args, list[st
             args += [("--moe-token-dispatcher-type", "flex"), ("--moe-enable-deepep", None)]
     if ov.pp and c.pp > 1 and c.virtual_stages == 1:
         notes.append("Megatron overlaps pipeline sends only in the interleaved schedule")
-    if c.tp > 1 or c.cp > 1:  # arguments.py asserts it on Hopper and before
-        notes.append("run with CUDA_DEVICE_MAX_CONNECTIONS=1 (tp or cp > 1)")
+    connections = device_connections(c, "--overlap-moe-expert-parallel-comm" in dict(args))
+    if connections:
+        notes.append(connections)
     return args, notes
+
+
+def device_connections(c: ParallelConfig, ep_overlap: bool) -> str:
+    """What Megatron-LM's validate_args asks of CUDA_DEVICE_MAX_CONNECTIONS for this layout
+    (megatron/training/arguments.py @ d98e8a6, lines 1166 and 1452-1480; Hopper and before)."""
+    if c.zero_stage >= 2:  # Megatron-FSDP: asserted in any layout, on any GPU
+        return (
+            "leave CUDA_DEVICE_MAX_CONNECTIONS unset (or above 1): Megatron-FSDP refuses 1 "
+            "('FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset', arguments.py)"
+        )
+    if c.tp == 1 and c.cp == 1:
+        return ""
+    if ep_overlap:  # only warned: 1 favours tp/cp, a larger value the all-to-all overlap
+        return (
+            "CUDA_DEVICE_MAX_CONNECTIONS: 1 favours tp/cp, 32 the expert all-to-all overlap "
+            "(arguments.py warns; either runs)"
+        )
+    return "run with CUDA_DEVICE_MAX_CONNECTIONS=1 (tp or cp > 1; arguments.py asserts it before Blackwell)"
 
 
 def torchtitan(c: ParallelConfig, A: Arch, t: TrainingSpec) -> tuple[dict, dict, list[str]]:

@@ -1,58 +1,49 @@
-"""The TOML launcher formats of tools/export/emit.py: torchtitan's job config and KempnerForge's
-(keys as the frameworks define them at the commits solver/profiles.py cites)."""
+"""The TOML launcher formats of tools/export/emit.py: torchtitan's job config up to 0.2.2
+(`--emit torchtitan-toml`; 0.3.0's Python configuration is tools/export/torchtitan.py) and
+KempnerForge's, keys as the frameworks define them at the commits solver/profiles.py cites,
+written by tomli-w."""
 
 from __future__ import annotations
 
-import json
+import tomli_w
 
 from meshplan.solver.arch import Arch
 from meshplan.solver.profiles import Profile
 from meshplan.solver.schema import ParallelConfig, Precision, Recompute, TrainingSpec
 from meshplan.tools.export import overlaps
-from meshplan.tools.export.formats import catalog_twin, chunk_sizes, summary
+from meshplan.tools.export.attention import attention_of, unknown_note
+from meshplan.tools.export.formats import chunk_sizes, summary
+from meshplan.tools.export.torchtitan import baseline_of
+from meshplan.tools.export.torchtitan import limits as torchtitan_limits
 
-# torchtitan model flavors with a catalog twin (torchtitan/models/*/__init__.py at e347b1e5e).
-TORCHTITAN_FLAVORS = {
-    "llama3-8b": ("llama3", "8B"),
-    "llama3-70b": ("llama3", "70B"),
-    "llama3-405b": ("llama3", "405B"),
-    "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
-    "deepseek-v3": ("deepseek_v3", "671B"),
-}
-
-# --- torchtitan --------------------------------------------------------------------------------
-
-
-def _toml_value(v: object) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return str(v)
+# --- torchtitan up to 0.2.2 ----------------------------------------------------------------------
 
 
 def _toml(header: list[str], sections: dict[str, dict[str, object]]) -> str:
-    lines = [f"# {h}" for h in header]
-    for name, body in sections.items():
-        lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in body.items()]
-    return "\n".join(lines) + "\n"
+    """The sections as TOML (tomli-w), after the header as comments."""
+    lines = "\n".join(f"# {h}" for h in header)
+    return f"{lines}\n\n{tomli_w.dumps(sections)}"
+
+
+def torchtitan_limits_toml(A: Arch) -> list[str]:
+    """The job config names a flavour of torchtitan's registry (a TOML without [model] would
+    train the llama3 debug model): the same flavours as 0.3.0's."""
+    return [x.replace("torchtitan 0.3.0", "torchtitan") for x in torchtitan_limits(A)]
 
 
 def torchtitan(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profile) -> str:
-    header = [summary(c, t, seqs, prof), "torchtitan job config (TOML)"]
+    header = [
+        summary(c, t, seqs, prof),
+        "torchtitan job config (TOML) for torchtitan up to 0.2.2 (pytorch/torchtitan @ e347b1e); "
+        "0.3.0 reads Python: --emit torchtitan",
+    ]
     overlap_par, overlap_sections, notes = overlaps.torchtitan(c, A, t)
     header += [overlaps.describe(c, A, t), *overlaps.note_lines(notes)]
-    model: dict[str, object] = {}
-    twin = catalog_twin(A)
-    if twin in TORCHTITAN_FLAVORS:
-        model["name"], model["flavor"] = TORCHTITAN_FLAVORS[twin]
-    else:
-        header.append(
-            f"model: register a torchtitan flavor with {A.L} layers, dim {A.h}, {A.a} heads, "
-            f"{A.kv} KV heads, FFN {A.f}, vocab {A.V}" + (f", {A.E} experts" if A.is_moe else "")
-        )
+    found = baseline_of(A)
+    if found is None:  # emit.py refuses first; never the debug model a missing [model] means
+        raise ValueError("; ".join(torchtitan_limits_toml(A)))
+    base = found[1]
+    model: dict[str, object] = {"name": base.package, "flavor": base.flavor}
     if t.precision is Precision.FP8:
         model["converters"] = ["quantize.linear.float8"]
     par: dict[str, object] = {
@@ -85,10 +76,7 @@ def torchtitan(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Pro
     ac: dict[str, object] = {"mode": mode[c.recompute]}
     if c.recompute is Recompute.SELECTIVE:
         ac["selective_ac_option"] = "op"  # op-level policy (the memory model's)
-    sections: dict[str, dict[str, object]] = {}
-    if model:
-        sections["model"] = model
-    sections["parallelism"] = par
+    sections: dict[str, dict[str, object]] = {"model": model, "parallelism": par}
     sections["training"] = {
         "local_batch_size": local,
         "global_batch_size": seqs,
@@ -98,10 +86,8 @@ def torchtitan(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Pro
     sections["activation_checkpoint"] = ac
     sections |= overlap_sections
     if t.precision is Precision.FP8:
-        sections["quantize.linear.float8"] = {
-            "recipe_name": "tensorwise",
-            "filter_fqns": ["output"],
-        }
+        float8 = {"recipe_name": "tensorwise", "filter_fqns": ["output"]}
+        sections["quantize"] = {"linear": {"float8": float8}}  # [quantize.linear.float8]
     return _toml(header, sections)
 
 
@@ -120,6 +106,11 @@ def kempnerforge(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: P
         "tie_embeddings": A.tied,
         "max_seq_len": t.seq_len,
     }
+    att = attention_of(A)
+    if att is not None and att.rope_theta is not None:
+        model["rope_theta"] = att.rope_theta
+    if att is not None and att.qk_norm:
+        model["qk_norm"] = True
     if A.is_moe:
         model |= {
             "num_experts": A.E,
@@ -151,4 +142,6 @@ def kempnerforge(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: P
     }
     header = [summary(c, t, seqs, prof), "KempnerForge job config (TOML)"]
     header += [overlaps.describe(c, A, t), *overlaps.note_lines(overlaps.kempnerforge(c, A, t))]
+    if att is None:
+        header.append(unknown_note(A))
     return _toml(header, sections)

@@ -12,7 +12,7 @@ GIB = 1 << 30
 
 
 def layout(c: ParallelConfig | None) -> str:
-    """'tp2 pp4 dp8 b1 M16 z1 SEL' (empty when None)."""
+    """'tp2 pp4 dp8 b1 M16 z1 SELECTIVE' (empty when None)."""
     if c is None:
         return ""
     axes = " ".join(
@@ -21,7 +21,7 @@ def layout(c: ParallelConfig | None) -> str:
     v = f" v{c.virtual_stages}" if c.virtual_stages > 1 else ""
     return (
         f"{axes or 'dp1'}{v} b{c.micro_batch_size} M{c.num_microbatches} z{c.zero_stage} "
-        f"{c.recompute.value[:3]}"
+        f"{c.recompute.value}"
     )
 
 
@@ -32,15 +32,23 @@ def _config_cols(c: ParallelConfig | None) -> dict:
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
-    ]
+    """A plain-text table (rich's, no colour, no box but the rule under the header): the first
+    column left-aligned, the others right-aligned, as wide as their widest cell."""
+    import io
 
-    def line(r: list[str]) -> str:
-        cells = zip(r, widths, strict=True)
-        return "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(cells))
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="")
+    for i, h in enumerate(headers):
+        table.add_column(Text(h), justify="right" if i else "left", no_wrap=True)
+    for r in rows:
+        table.add_row(*(Text(x) for x in r))  # Text: a cell is never read as markup
+    out = io.StringIO()
+    Console(file=out, width=1000, color_system=None, highlight=False).print(table)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines() if line.strip())
 
 
 def _k(x: float) -> str:
@@ -91,7 +99,7 @@ def curve_table(res: CurveResult) -> str:
             "wall",
         ]
         out += [_table(head, rows), *why, ""]
-    out.append(f"band: {res.band_source}")
+    out.append(f"band: {res.band_source.removeprefix('band: ')}")
     if res.fit is not None:
         f = res.fit
         out.append(

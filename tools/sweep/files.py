@@ -1,15 +1,15 @@
-"""A sweep's files (CSV and JSON lines, resumable), its progress bar, and the run loop."""
+"""A sweep's files (CSV and JSON lines, resumable) and the run loop (its progress bar is
+tools/render/progress.py's)."""
 
 from __future__ import annotations
 
 import csv
 import json
-import sys
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from meshplan.tools.render.progress import Progress
 from meshplan.tools.sweep.solve import (
     Job,
     Outcome,
@@ -108,49 +108,6 @@ class SweepFiles:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class Progress:
-    """One line on stderr: [######....] 12/40 skipped 8 | 10 ok 1 infeasible 1 error | 2.1/s ETA 13s."""
-
-    def __init__(self, total: int, skipped: int = 0, enabled: bool = True, width: int = 24) -> None:
-        self.total, self.skipped, self.enabled, self.width = total, skipped, enabled, width
-        self.done, self.ok, self.infeasible, self.errors = 0, 0, 0, 0
-        self.started = time.monotonic()
-        self._draw()
-
-    def update(self, status: str) -> None:
-        """Count one finished cell by its status and redraw."""
-        self.done += 1
-        if status == "ERROR":
-            self.errors += 1
-        elif status == "INFEASIBLE":
-            self.infeasible += 1
-        else:
-            self.ok += 1
-        self._draw()
-
-    def close(self) -> None:
-        """End the line."""
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.enabled = False
-
-    def _draw(self) -> None:
-        if not self.enabled:
-            return
-        todo = max(1, self.total - self.skipped)
-        filled = self.width * self.done // todo
-        elapsed = time.monotonic() - self.started
-        rate = self.done / max(elapsed, 1e-9)
-        eta = f"ETA {(todo - self.done) / rate:.0f}s" if elapsed > 0.5 and self.done else "ETA ?"
-        sys.stderr.write(
-            f"\r[{'#' * filled}{'.' * (self.width - filled)}] {self.skipped + self.done}/"
-            f"{self.total} skipped {self.skipped} | {self.ok} ok {self.infeasible} infeasible "
-            f"{self.errors} error | {rate:.1f}/s {eta}   "
-        )
-        sys.stderr.flush()
 
 
 def run_sweep(

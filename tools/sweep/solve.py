@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from meshplan.solver.results import PlanResult
 from meshplan.solver.schema import PlanRequest
-from meshplan.tools.cli.interrupt import interruptible
+from meshplan.tools.cli.interrupt import interruptible, sigterm_as_interrupt
 from meshplan.tools.cli.messages import one_line, shorten
 from meshplan.tools.sweep.grid import ModelItem
 
@@ -152,7 +152,11 @@ def solve_local(jobs: Sequence[Job], workers: int = 0) -> Iterator[Outcome]:
     # spawn: a forked child would inherit the parent's threads (gRPC, OR-Tools) mid-flight.
     # The workers ignore Ctrl-C (they start with SIGINT ignored, which Python keeps): the parent
     # hears it, stops them and says so once.
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+    # SIGTERM too: it raises in this thread like Ctrl-C, so the workers are stopped, not orphaned.
+    with (
+        sigterm_as_interrupt(),
+        ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool,
+    ):
         main = threading.current_thread() is threading.main_thread()  # signals: main only
         before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
         try:  # submit() starts the worker processes, each with one BLAS thread (server.pool)

@@ -1,0 +1,17 @@
+"""A solve's answer, on its own so that the paths that never build a CP-SAT model (the bounds
+and exact scores settle most plans) do not import OR-Tools, and pandas through it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.solver.costmodel import Point
+
+
+@dataclass
+class Solved:
+    status: str  # OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN, MODEL_INVALID
+    point: Point | None
+    objective: float
+    bound: float
+    solve_time_s: float
