@@ -417,7 +417,7 @@ def test_the_export_and_the_config_reader(server: tuple[str, int]) -> None:
     assert megatron.status == 200 and "--tensor-model-parallel-size 1" in megatron.body["text"]
     assert send(f"{base}/page/export", body).body["kind"] == "megatron"  # the framework's own
     titan = send(f"{base}/page/export?kind=torchtitan", body)
-    assert titan.status == 200 and "[parallelism]" in titan.body["text"]
+    assert titan.status == 200 and "parallelism=ParallelismConfig(" in titan.body["text"]
     bad = send(f"{base}/page/export?kind=jax", body)
     assert bad.status == 400 and bad.violations[0][0] == "kind"
     spec = send(f"{base}/page/hf-config", LLAMA_CONFIG)
