@@ -160,7 +160,7 @@ class Runtime:
         except TimeoutError:
             failure = RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed")
         except asyncio.CancelledError:
-            status = "CANCELLED"
+            status = _ended(call, self.settings.deadline_margin_s)
             raise
         except Exception as err:  # a bug: INTERNAL, logged in one line, no text to the caller
             error = err
@@ -189,7 +189,7 @@ class Runtime:
         except RpcFailure as err:
             failure = err
         except (asyncio.CancelledError, GeneratorExit):
-            status = "CANCELLED"
+            status = _ended(call, self.settings.deadline_margin_s)
             raise
         except Exception as err:
             error = err
@@ -361,6 +361,13 @@ class Solve:
         self.future: asyncio.Future[Any] = future  # type: ignore[assignment]
         self.started = time.monotonic()
         self.next: Solve | None = None  # queued behind this one on its worker
+
+
+def _ended(call: CallState, margin_s: float) -> str:
+    """The status of a call that gRPC cancelled: DEADLINE_EXCEEDED once its deadline is within
+    the margin the server answers by (the client's deadline came before the server's answer,
+    which a loaded server sends late), else CANCELLED."""
+    return "DEADLINE_EXCEEDED" if call.remaining() <= margin_s else "CANCELLED"
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -29,7 +29,7 @@ from pydantic import BaseModel
 
 from meshplan.convert import to_proto
 from meshplan.server.limits import CallState, RpcFailure
-from meshplan.server.requests import check_message, parse
+from meshplan.server.requests import check_message, parse_in_steps
 from meshplan.server.runtime import Runtime
 from meshplan.server.validate import Violation, shorten
 from meshplan.solver.scheduler import (
@@ -49,10 +49,10 @@ from meshplan.solver.scheduler import (
     smallest_allocation,
     training_front,
 )
+from meshplan.solver.scheduler.cache import curve_bytes
 from meshplan.solver.scheduler.cells import CellOutcome, CellSolver, CellTask, run_cells
 from meshplan.v1 import scheduler_pb2
 
-ANSWER_CACHE_ENTRIES = 256  # answers kept (a 256-cell curve is ~100 KB)
 # One turn on a solver slot runs up to TURN_CELLS cells, and starts none after TURN_CPU_S of CPU
 # time: a turn saves the hand-off between two solves (a solver process idle 2.2-7 ms per cell,
 # measured on 2 cores under load, against 12-17 ms of CPU per cell of the benchmark's 70B
@@ -75,8 +75,12 @@ class SchedulerServicer:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.settings = runtime.settings
-        self.answers: AnswerCache[Message] = AnswerCache(ANSWER_CACHE_ENTRIES)
-        self.curves: AnswerCache[CurveResult] = AnswerCache(ANSWER_CACHE_ENTRIES)
+        # answers kept as their wire bytes (what they weigh: a 4,096-cell curve ~0.9 MB, ~7x
+        # that as a message), curves as pydantic objects (curve_bytes): both bounded in bytes
+        self.answers: AnswerCache[bytes] = AnswerCache(self.settings.answer_cache_bytes, len)
+        self.curves: AnswerCache[CurveResult] = AnswerCache(
+            self.settings.curve_cache_bytes, curve_bytes
+        )
         # one thread per query in progress at most (its cells run on the solver slots)
         self.queries = ThreadPoolExecutor(
             max_workers=min(64, runtime.admission.total), thread_name_prefix="meshplan-query"
@@ -102,35 +106,44 @@ class SchedulerServicer:
 
     async def _query(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def body(request: Any, call: CallState) -> Message:
-            message = check_message(request, self.settings.max_string_chars)
-            req = parse(message, QUERIES[method][0])
-            key = _answer_key(method, req)
-            if key is not None and (hit := self.answers.get(key)) is not None:
-                return hit
-            loop = asyncio.get_running_loop()
-            answer = await loop.run_in_executor(self.queries, self._run, method, req, call, loop)
-            if key is not None:
-                self.answers.put(key, answer)
-            return answer
+            return await self.answer(method, request, call)
 
         return await self.rt.unary(method, context, request, body)
 
+    async def answer(self, method: str, request: Any, call: CallState) -> Message:
+        """The response message of a scheduler query: its request (a proto message, or
+        Malformed) checked, parsed, looked up and answered on a query thread, never on the
+        event loop (a 1 MiB request takes a second to convert); RpcFailure for what is not an
+        answer. Callable from outside gRPC (the HTTP front end) inside `Runtime.unary`'s body."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.queries, self._run, method, request, call, loop)
+
     def _run(
-        self, method: str, req: Any, call: CallState, loop: asyncio.AbstractEventLoop
+        self, method: str, request: Any, call: CallState, loop: asyncio.AbstractEventLoop
     ) -> Message:
-        """On a query thread: the query under the call's budget (its cells solved through the
-        runtime's slots), and its response message."""
+        """On a query thread: the request parsed (in steps, between which the call's end
+        stops it), the answer from the cache or the query under the call's budget (its cells
+        solved through the runtime's slots), and its response message."""
         budget = self._budget(call)
         cells = partial(self._cells, method, call, loop)
         try:
+            budget.check()
+            message = check_message(request, self.settings.max_string_chars)
+            req = parse_in_steps(message, QUERIES[method][0], budget.check)
+            key = _answer_key(method, req)
+            if key is not None and (hit := self.answers.get(key)) is not None:
+                return QUERIES[method][1].FromString(hit)
             result = _answer(method, self._capped(req), budget, self.curves, cells)
+            answer = to_proto(result, QUERIES[method][1])
         except SchedulerInputError as err:
             violation = Violation(err.field, shorten(err.description, 300))
             raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(err), [violation]) from err
         except QueryStopped as err:
             code = grpc.StatusCode.CANCELLED if err.cancelled else grpc.StatusCode.DEADLINE_EXCEEDED
             raise RpcFailure(code, f"{method} stopped: {err}") from err
-        return to_proto(result, QUERIES[method][1])
+        if key is not None:
+            self.answers[key] = answer.SerializeToString()
+        return answer
 
     def _cells(
         self,

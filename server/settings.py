@@ -115,6 +115,19 @@ class Settings(BaseSettings):
         ge=1,
     )
 
+    # --- memory ---------------------------------------------------------------------------
+    answer_cache_bytes: int = Field(
+        default=64 * 2**20,
+        description="Scheduler answers kept for repeated requests, as their wire bytes (bytes).",
+        ge=1,
+    )
+    curve_cache_bytes: int = Field(
+        default=96 * 2**20,
+        description="Scaling curves kept for SmallestAllocation and TrainingFront to walk again "
+        "(bytes; ~4.8 KB a cell in memory).",
+        ge=1,
+    )
+
     # --- message bounds ---------------------------------------------------------------------
     max_request_bytes: int = Field(
         default=1024 * 1024,

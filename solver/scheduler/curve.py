@@ -31,7 +31,7 @@ from meshplan.solver.scheduler.validate import (
     check_pins_for_model,
     grid_counts,
 )
-from meshplan.solver.schema import EvaluateRequest
+from meshplan.solver.schema import ClusterSpec, EvaluateRequest, ParallelConfig
 
 
 def efficiency(batch: BatchPolicy, tokens: int) -> float:
@@ -91,33 +91,45 @@ def prepare(req: CurveRequest) -> Prepared:
     )
 
 
-def _fit(req: CurveRequest) -> Fit | None:
-    """The observations' correction: each observed layout scored by evaluate() on its cell."""
+def _fit(req: CurveRequest, budget: Budget | None = None) -> Fit | None:
+    """The observations' correction: each observed layout scored by evaluate() on its cell,
+    once per distinct (cluster, count, layout), the budget checked between two."""
     if not req.observations:
         return None
+    budget = budget or Budget()
     by_label = {c.label: c for c in req.clusters}
+    scored: dict[tuple[str, int, ParallelConfig], tuple[float, float]] = {}
     rows = []
     for i, ob in enumerate(req.observations):
         cfg = ob.config
-        tokens = cfg.dp * cfg.micro_batch_size * cfg.num_microbatches * req.training.seq_len
-        training = req.training.model_copy(
-            update={"global_batch_tokens": tokens, "critical_batch_tokens": 0}
-        )
-        ev = evaluate(
-            EvaluateRequest(
-                model=req.model,
-                cluster=by_label[ob.cluster].spec(ob.num_gpus),
-                training=training,
-                config=cfg,
-                search=req.search.model_copy(update={"allow_fewer_gpus": True}),
-            )
-        )
-        bad = [v for v in ev.violations if not v.startswith("memory:")]
-        if bad or ev.performance is None:
-            raise SchedulerInputError(f"observations[{i}].config", "; ".join(bad))
-        comp, comm = split(ev.performance.breakdown)
-        rows.append((ob.cluster, ob.num_gpus, comp, comm, ob.step_time_s))
+        ident = (ob.cluster, ob.num_gpus, cfg)  # a frozen model: hashed by its values
+        if ident not in scored:
+            budget.check()
+            scored[ident] = _observed(req, by_label[ob.cluster].spec(ob.num_gpus), cfg, i)
+        rows.append((ob.cluster, ob.num_gpus, *scored[ident], ob.step_time_s))
+    budget.check()
     return fit(rows)
+
+
+def _observed(req: CurveRequest, cluster: ClusterSpec, cfg: ParallelConfig, i: int) -> tuple:
+    """(compute-like, communication) seconds of observation i's layout on its cell."""
+    tokens = cfg.dp * cfg.micro_batch_size * cfg.num_microbatches * req.training.seq_len
+    training = req.training.model_copy(
+        update={"global_batch_tokens": tokens, "critical_batch_tokens": 0}
+    )
+    ev = evaluate(
+        EvaluateRequest(
+            model=req.model,
+            cluster=cluster,
+            training=training,
+            config=cfg,
+            search=req.search.model_copy(update={"allow_fewer_gpus": True}),
+        )
+    )
+    bad = [v for v in ev.violations if not v.startswith("memory:")]
+    if bad or ev.performance is None:
+        raise SchedulerInputError(f"observations[{i}].config", "; ".join(bad))
+    return split(ev.performance.breakdown)
 
 
 def _cell(label: str, n: int, out: CellOutcome, batch: BatchPolicy, f: Fit | None) -> Cell:
@@ -257,7 +269,7 @@ def scaling_curve(
     if cache is not None and (hit := cache.get(key)) is not None:
         return hit
     prep = prepare(req)
-    f = _fit(req)
+    f = _fit(req, budget)
     outcomes = solver(prep.tasks, budget or Budget())
     cells = [
         _cell(label, n, out, req.batch, f)

@@ -198,13 +198,14 @@ def check_observations(
     observations: list[Observation], counts: dict[str, list[int]], field: str = "observations"
 ) -> None:
     """Each observation names a cell of the grid."""
+    grid = {label: set(ns) for label, ns in counts.items()}
     for i, ob in enumerate(observations):
         if ob.cluster not in counts:
             known = ", ".join(sorted(counts))
             raise SchedulerInputError(
                 f"{field}[{i}].cluster", f"{ob.cluster!r} is not a cluster template ({known})"
             )
-        if ob.num_gpus not in counts[ob.cluster]:
+        if ob.num_gpus not in grid[ob.cluster]:
             raise SchedulerInputError(
                 f"{field}[{i}].num_gpus",
                 f"{ob.num_gpus} is not in the grid of {ob.cluster} ({_short(counts[ob.cluster])})",
