@@ -110,10 +110,7 @@ def fit(rows: list[tuple[str, int, float, float, float]]) -> Fit:
     data = [(c, k, t) for _, _, c, k, t in rows]
     cf, mf = _solve(data)
     residuals = [(cf * c + mf * k) / t - 1 for c, k, t in data]
-    if len(data) >= 2:
-        err = float(np.max(_leave_one_out(data)))
-    else:
-        err = prior_error() or 0.0
+    err = float(np.max(_leave_one_out(data))) if len(data) >= 2 else prior_error() or 0.0
     observed: dict[str, tuple[int, int]] = {}
     for cluster, n, *_ in rows:
         lo, hi = observed.get(cluster, (n, n))
