@@ -27,11 +27,11 @@ import grpc
 from google.protobuf.message import Message
 from pydantic import BaseModel
 
-from meshplan.convert import to_proto
 from meshplan.server.limits import CallState, RpcFailure
 from meshplan.server.requests import check_message, parse_in_steps
 from meshplan.server.runtime import Runtime
 from meshplan.server.validate import Violation, shorten
+from meshplan.server.work import answer_proto, invalid
 from meshplan.solver.scheduler import (
     AdmitRequest,
     AnswerCache,
@@ -134,13 +134,15 @@ class SchedulerServicer:
             if key is not None and (hit := self.answers.get(key)) is not None:
                 return QUERIES[method][1].FromString(hit)
             result = _answer(method, self._capped(req), budget, self.curves, cells)
-            answer = to_proto(result, QUERIES[method][1])
+            answer = answer_proto(result, QUERIES[method][1], req)
         except SchedulerInputError as err:
             violation = Violation(err.field, shorten(err.description, 300))
             raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(err), [violation]) from err
         except QueryStopped as err:
             code = grpc.StatusCode.CANCELLED if err.cancelled else grpc.StatusCode.DEADLINE_EXCEEDED
             raise RpcFailure(code, f"{method} stopped: {err}") from err
+        except (ValueError, KeyError, OverflowError) as err:  # what a cell's plan refused
+            raise invalid(err, req) from err
         if key is not None:
             self.answers[key] = answer.SerializeToString()
         return answer

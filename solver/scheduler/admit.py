@@ -29,6 +29,7 @@ from meshplan.solver.scheduler.requests import (
 from meshplan.solver.scheduler.validate import (
     SchedulerInputError,
     check_clusters,
+    check_precision,
     default_counts,
 )
 
@@ -59,6 +60,7 @@ def curve_request(req: AdmitRequest) -> CurveRequest:
     """The curve the walk reads: the given grid (or 1, 2, 4, ... then whole nodes), each type's
     counts clipped to what is available."""
     hws = check_clusters(req.clusters)
+    check_precision(req.training, hws)
     for i, c in enumerate(req.clusters):
         if not c.max_gpus:
             raise SchedulerInputError(f"clusters[{i}].max_gpus", "set the GPUs available (count)")

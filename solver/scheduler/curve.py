@@ -29,6 +29,7 @@ from meshplan.solver.scheduler.validate import (
     check_model,
     check_observations,
     check_pins_for_model,
+    check_precision,
     grid_counts,
 )
 from meshplan.solver.schema import ClusterSpec, EvaluateRequest, ParallelConfig
@@ -61,6 +62,7 @@ def prepare(req: CurveRequest) -> Prepared:
     check_pins_for_model(arch, req.search)
     check_batch(req.batch, req.training)
     hws = check_clusters(req.clusters)
+    check_precision(req.training, hws)
     counts = {
         c.label: grid_counts(req.grid, c, hw.gpn, "grid")
         for c, hw in zip(req.clusters, hws, strict=True)
