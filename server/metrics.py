@@ -71,6 +71,11 @@ class Metrics:
         self.calls_in_progress = Gauge(
             "meshplan_calls_in_progress", "Planner calls admitted and not yet answered.", registry=r
         )
+        self.calls_waiting = Gauge(
+            "meshplan_calls_waiting",
+            "Planner calls waiting their turn for admission.",
+            registry=r,
+        )
         self._children: dict[tuple[object, ...], Any] = {}
 
     def child(self, metric: Any, *labels: str) -> Any:

@@ -13,8 +13,8 @@ import asyncio
 import logging
 import time
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import grpc
@@ -55,6 +55,7 @@ class Runtime:
             total=settings.max_concurrent_solves + settings.max_queued_solves,
             per_caller=settings.max_calls_per_caller,
             batch_per_caller=settings.max_batch_requests_per_caller,
+            max_waiting=settings.max_waiting_calls,
         )
         self.slots = FairSlots(settings.max_concurrent_solves, settings.solves_per_caller)
         self.slots.on_wait = self._recall
@@ -73,7 +74,7 @@ class Runtime:
         call = CallState(
             method=method,
             request_id=request_id(metadata),
-            caller=caller_of(metadata, context.peer()),
+            caller=caller_of(metadata, context.peer(), self.settings.auth_token_file is not None),
             deadline=time.monotonic() + (limit if remaining is None else min(remaining, limit)),
         )
         context.add_done_callback(lambda _: call.stop.set())  # cancelled, or ended
@@ -146,14 +147,14 @@ class Runtime:
         call = self.open_call(method, context)
         status, error, failure = "OK", None, None
         try:
-            with ExitStack() as held:
-                if admit:
-                    held.enter_context(self._admitted(call, batch_requests))
-                elif self.draining:  # a call that needs no ticket is still a new call
-                    raise _shutting_down()
-                # answered just before the caller gives up, so both see DEADLINE_EXCEEDED
-                margin = self.settings.deadline_margin_s
-                async with asyncio.timeout(max(call.remaining() - margin, 0)):
+            if not admit and self.draining:  # a call that needs no ticket is still a new call
+                raise _shutting_down()
+            # answered just before the caller gives up, so both see DEADLINE_EXCEEDED
+            margin = self.settings.deadline_margin_s
+            async with asyncio.timeout(max(call.remaining() - margin, 0)):
+                if not admit:
+                    return await body(request, call)
+                async with self._admitted(call, batch_requests):
                     return await body(request, call)
         except RpcFailure as err:
             failure = err
@@ -183,7 +184,7 @@ class Runtime:
         call = self.open_call(method, context)
         status, error, failure = "OK", None, None
         try:
-            with self._admitted(call, batch_requests(request)):
+            async with self._admitted(call, batch_requests(request)):
                 async for item in body(request, call):
                     yield item
         except RpcFailure as err:
@@ -198,19 +199,24 @@ class Runtime:
             self.close_call(call, status, error, failure)
         await self.abort(context, call, failure)
 
-    @contextmanager
-    def _admitted(self, call: CallState, batch_requests: int) -> Iterator[None]:
-        """Hold an admission ticket (UNAVAILABLE while draining, RESOURCE_EXHAUSTED if full)."""
+    @asynccontextmanager
+    async def _admitted(self, call: CallState, batch_requests: int) -> AsyncIterator[None]:
+        """Hold an admission ticket, waiting for one in the caller's turn until the call's
+        deadline less the margin (UNAVAILABLE while draining, RESOURCE_EXHAUSTED past a cap)."""
         if self.draining:
             raise _shutting_down()
+        m, admission = self.metrics, self.admission
+        deadline = call.deadline - self.settings.deadline_margin_s
         try:
-            with self.admission.admit(call.caller, batch_requests):
+            async with admission.admit(call.caller, batch_requests, deadline):
                 self.idle.clear()
-                self.metrics.calls_in_progress.set(self.admission.in_progress)
+                m.calls_in_progress.set(admission.in_progress)
+                m.calls_waiting.set(admission.queued)
                 yield
         finally:
-            self.metrics.calls_in_progress.set(self.admission.in_progress)
-            if self.admission.in_progress == 0:
+            m.calls_in_progress.set(admission.in_progress)
+            m.calls_waiting.set(admission.queued)
+            if admission.in_progress == 0:
                 self.idle.set()
 
     async def abort(
@@ -336,6 +342,7 @@ class Runtime:
     async def drain(self, grace_s: float) -> bool:
         """Refuse new calls; wait up to `grace_s` for the admitted ones. True if all finished."""
         self.draining = True
+        self.admission.refuse_waiting(_shutting_down())  # to another replica, at once
         try:
             await asyncio.wait_for(self.idle.wait(), grace_s)
         except TimeoutError:

@@ -54,7 +54,8 @@ class Settings(BaseSettings):
     )
     max_queued_solves: int = Field(
         default=32,
-        description="Calls waiting for a solver before RESOURCE_EXHAUSTED (count).",
+        description="Calls admitted beyond the solver slots, waiting inside the server for a "
+        "slot (count); more wait their turn for admission (max_waiting_calls).",
         ge=0,
         le=10_000,
     )
@@ -95,9 +96,17 @@ class Settings(BaseSettings):
     # --- fair use ---------------------------------------------------------------------------
     max_calls_per_caller: int = Field(
         default=16,
-        description="Planner calls one caller (token, else peer address) may have in progress.",
+        description="Planner calls one caller (its verified token, else its peer address) may "
+        "have in progress or waiting (count).",
         ge=1,
         le=10_000,
+    )
+    max_waiting_calls: int = Field(
+        default=128,
+        description="Calls waiting their turn for admission, all callers together, before "
+        "RESOURCE_EXHAUSTED (count; each waits at most until its deadline).",
+        ge=0,
+        le=100_000,
     )
     max_solves_per_caller: int = Field(
         default=0,

@@ -201,7 +201,10 @@ def test_a_256_cell_curve_honours_the_deadline(client: PlannerClient) -> None:
 
 def test_a_cancelled_query_stops_its_work_and_frees_its_slot() -> None:
     cache.clear()  # cold: the deadline test before this one leaves some of its cells cached
-    with running_server(max_concurrent_solves=1, max_queued_solves=0) as (port, _):
+    with running_server(max_concurrent_solves=1, max_queued_solves=0, max_waiting_calls=0) as (
+        port,
+        _,
+    ):
         msg = _message("ScalingCurve", CurveRequest.model_validate(BIG))
         with raw_stub(port) as stub:
             future = stub.ScalingCurve.future(msg, timeout=300)
