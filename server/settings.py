@@ -157,7 +157,8 @@ class Settings(BaseSettings):
     )
     max_open_streams: int = Field(
         default=64,
-        description="Open reflection streams, and open health Watch streams, each (count).",
+        description="Open reflection streams, and open health Watch streams, each (count; "
+        "one peer address holds at most a quarter of them).",
         ge=1,
         le=100_000,
     )
@@ -187,8 +188,21 @@ class Settings(BaseSettings):
         description="Shortest interval between a client's keepalive pings (seconds).",
         gt=0,
     )
+    max_connections: int = Field(
+        default=4096,
+        description="Open connections the gRPC port accepts, and as many again the health "
+        "port; more are refused at once, before a file descriptor runs out (count).",
+        ge=1,
+        le=1_000_000,
+    )
+    handshake_timeout_s: float = Field(
+        default=10.0,
+        description="Close a new connection that has not finished its TLS and HTTP/2 "
+        "handshake by then (seconds): silent connections do not pile up.",
+        gt=0,
+    )
     max_connection_idle_s: float = Field(
-        default=900.0,
+        default=120.0,
         description="Close a connection with no call for this long (seconds; 0: never).",
         ge=0,
     )
