@@ -37,6 +37,7 @@ from meshplan.server.validate import bad_request_status, shorten
 
 log = logging.getLogger("meshplan.server")
 T = TypeVar("T")
+BATCH_CLOSE_S = 1.0  # the end of a drain's grace kept for batches to answer their other items
 
 Body = Callable[[Any, CallState], Awaitable[Any]]
 StreamBody = Callable[[Any, CallState], AsyncIterator[Any]]
@@ -61,6 +62,7 @@ class Runtime:
         self.slots.on_wait = self._recall
         self._behind: set[Solve] = set()  # queued behind a running solve, not yet started
         self.draining = False
+        self.on_close: set[Callable[[], None]] = set()  # called when the grace nearly ends
         self.idle = asyncio.Event()  # set whenever no admitted call is in progress
         self.idle.set()
 
@@ -340,11 +342,21 @@ class Runtime:
                 self._behind.discard(solve)
 
     async def drain(self, grace_s: float) -> bool:
-        """Refuse new calls; wait up to `grace_s` for the admitted ones. True if all finished."""
+        """Refuse new calls; wait up to `grace_s` for the admitted ones. True if all finished.
+        A batch still streaming near the end of the grace answers each item it has not
+        answered with a per-item UNAVAILABLE (`on_close`), then ends, before the server stops."""
         self.draining = True
         self.admission.refuse_waiting(_shutting_down())  # to another replica, at once
+        close_s = min(BATCH_CLOSE_S, grace_s / 4)
         try:
-            await asyncio.wait_for(self.idle.wait(), grace_s)
+            await asyncio.wait_for(self.idle.wait(), grace_s - close_s)
+            return True
+        except TimeoutError:
+            pass
+        for callback in list(self.on_close):
+            callback()
+        try:
+            await asyncio.wait_for(self.idle.wait(), close_s)
         except TimeoutError:
             return False
         return True

@@ -26,7 +26,7 @@ from test_grpc_support import (
 )
 
 from meshplan.client import InvalidRequestError, PlannerClient
-from meshplan.client.sync import plan_message
+from meshplan.client.sync import batch_message, plan_message
 from meshplan.server.app import server_options
 from meshplan.server.logs import TextFormatter
 from meshplan.server.settings import Settings
@@ -125,6 +125,27 @@ def test_drain_answers_not_serving_and_an_open_watch_does_not_hold_it() -> None:
         in_flight.join(20)
         assert outcome == [True] and len(answers) == 1  # the call in flight finished
         assert time.monotonic() - started < 5  # not the 20 s grace
+
+
+def test_a_batch_the_grace_cannot_finish_answers_every_item_before_the_stream_ends() -> None:
+    fake = BlockingPlan(max_s=0.4)  # 8 items, one slot: ~3 s of work against a 1 s grace
+    with (
+        running_server(plan_fn=fake, max_concurrent_solves=1) as (port, server),
+        raw_stub(port) as stub,
+    ):
+        batch = batch_message([small_request(time_limit_s=10)] * 8)
+        stream = stub.PlanBatch(batch, timeout=30)
+        fake.wait_started(1)
+        drained: list[bool] = []
+        drainer = threading.Thread(target=lambda: drained.append(server.drain(1.0)))
+        drainer.start()
+        items = list(stream)  # ends normally: no item is left without an answer
+        drainer.join(10)
+    assert sorted(i.index for i in items) == list(range(8))
+    unfinished = [i for i in items if i.WhichOneof("outcome") == "error"]
+    assert unfinished and all(i.error.code == "UNAVAILABLE" for i in unfinished)
+    assert "send it again" in unfinished[0].error.message
+    assert stream.code() == grpc.StatusCode.OK and drained == [True]
 
 
 def test_one_peer_cannot_hold_every_health_watch() -> None:
