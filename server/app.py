@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -40,6 +41,7 @@ log = logging.getLogger("meshplan.server")
 T = TypeVar("T")
 
 _TRIM_S = 5.0  # seconds between two returns of freed heap memory to the system
+SWITCH_INTERVAL_S = 0.0005
 PLANNER = planner_pb2.DESCRIPTOR.services_by_name["Planner"]
 SERVICE_NAME = PLANNER.full_name
 
@@ -279,6 +281,9 @@ def serve(settings: Settings, ready: threading.Event | None = None) -> int:
     """Serve until SIGTERM or SIGINT, then drain: NOT_SERVING, no new calls, grace, exit 0.
     SIGHUP reloads the TLS certificates and the tokens."""
     server, port = create_server(settings)
+    # A thread converting a large request holds the GIL; the event loop asks for it back after
+    # this long (CPython's default is 5 ms: health checks then waited tens of ms behind it).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     frozen = freeze_startup_heap()  # shorter full GC passes: the event loop stalls less
     keep_freed_heap()  # solves on this process's threads (--solver-processes 0) reuse the heap
     log.debug("%d start-up objects frozen out of the garbage collector's passes", frozen)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +52,8 @@ from meshplan.solver.scheduler import (
 )
 from meshplan.solver.scheduler.cache import curve_bytes
 from meshplan.solver.scheduler.cells import CellOutcome, CellSolver, CellTask, run_cells
+from meshplan.solver.scheduler.curve import observed_fit
+from meshplan.solver.scheduler.observe import Fit
 from meshplan.v1 import scheduler_pb2
 
 # One turn on a solver slot runs up to TURN_CELLS cells, and starts none after TURN_CPU_S of CPU
@@ -85,6 +88,7 @@ class SchedulerServicer:
         self.queries = ThreadPoolExecutor(
             max_workers=min(64, runtime.admission.total), thread_name_prefix="meshplan-query"
         )
+        self.converting = threading.Lock()
         cost_model_version()  # hashes the core's files once, now, not in a call on the loop
         self.width = self.settings.solves_per_caller  # slots one query's cells may take at once
 
@@ -128,12 +132,17 @@ class SchedulerServicer:
         cells = partial(self._cells, method, call, loop)
         try:
             budget.check()
-            message = check_message(request, self.settings.max_string_chars)
-            req = parse_in_steps(message, QUERIES[method][0], budget.check)
-            key = _answer_key(method, req)
-            if key is not None and (hit := self.answers.get(key)) is not None:
-                return QUERIES[method][1].FromString(hit)
-            result = _answer(method, self._capped(req), budget, self.curves, cells)
+            # one conversion and one fit at a time hold the GIL (the event loop waits behind
+            # each), not one per query in progress
+            with self.converting:
+                message = check_message(request, self.settings.max_string_chars)
+                req = parse_in_steps(message, QUERIES[method][0], budget.check)
+                key = _answer_key(method, req)
+                hit = self.answers.get(key) if key is not None else None
+                if hit is not None:
+                    return QUERIES[method][1].FromString(hit)
+                fit = observed_fit(req, budget) if getattr(req, "observations", None) else None
+            result = _answer(method, self._capped(req), budget, self.curves, cells, fit)
             answer = answer_proto(result, QUERIES[method][1], req)
         except SchedulerInputError as err:
             violation = Violation(err.field, shorten(err.description, 300))
@@ -219,14 +228,15 @@ def _answer(
     budget: Budget,
     curves: AnswerCache[CurveResult],
     cells: CellSolver,
+    fit: Fit | None = None,
 ) -> BaseModel:
     if method == "ScalingCurve":
-        return scaling_curve(req, budget, curves, cells)
+        return scaling_curve(req, budget, curves, cells, fit)
     if method == "Replan":
         return replan(req, budget, solver=cells)
     if method == "SmallestAllocation":
-        return smallest_allocation(req, budget, curves=curves, solver=cells)
-    return training_front(req, budget, curves=curves, solver=cells)
+        return smallest_allocation(req, budget, curves=curves, solver=cells, fit=fit)
+    return training_front(req, budget, curves=curves, solver=cells, fit=fit)
 
 
 def _answer_key(method: str, req: Any) -> str | None:

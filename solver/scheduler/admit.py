@@ -20,6 +20,7 @@ from meshplan.solver.scheduler.cache import AnswerCache
 from meshplan.solver.scheduler.cells import Budget, CellSolver, solve_cells
 from meshplan.solver.scheduler.curve import scaling_curve
 from meshplan.solver.scheduler.key import cache_key, cost_model_version
+from meshplan.solver.scheduler.observe import Fit
 from meshplan.solver.scheduler.requests import (
     AdmitObjective,
     AdmitRequest,
@@ -184,8 +185,10 @@ def smallest_allocation(
     curves: AnswerCache[CurveResult] | None = None,
     solver: CellSolver = solve_cells,
     clock: Callable[[], float] = time.time,
+    fit: Fit | None = None,
 ) -> AdmitResult:
-    """The allocation of `req` (from `cache` when asked before with the same start time)."""
+    """The allocation of `req` (from `cache` when asked before with the same start time);
+    `fit`: its observations' fit when already computed (curve.observed_fit)."""
     available, now = time_available(req, clock)
     if bool(req.work.tokens) == bool(req.work.steps):
         raise SchedulerInputError("work", "set exactly one of tokens and steps")
@@ -200,7 +203,7 @@ def smallest_allocation(
     if cache is not None and (hit := cache.get(key)) is not None:
         return hit
     creq = curve_request(req)
-    curve = scaling_curve(creq, budget, curves, solver)
+    curve = scaling_curve(creq, budget, curves, solver, fit)
     allocs = walk(req, curve, available)
     ok = [a for a in allocs if a.status is AdmitStatus.MEETS_DEADLINE]
     pick = min(ok, key=lambda a: _key(req.objective, a)) if ok else None

@@ -20,7 +20,7 @@ from meshplan.solver.scheduler.cache import AnswerCache
 from meshplan.solver.scheduler.cells import Budget, CellOutcome, CellSolver, CellTask, solve_cells
 from meshplan.solver.scheduler.key import cache_key, cost_model_version
 from meshplan.solver.scheduler.observe import NOTE, Fit, fit, prior_error, split, tokens_band
-from meshplan.solver.scheduler.requests import BatchPolicy, CurveRequest
+from meshplan.solver.scheduler.requests import AdmitRequest, BatchPolicy, CurveRequest, FrontRequest
 from meshplan.solver.scheduler.validate import (
     SchedulerInputError,
     check_batch,
@@ -91,6 +91,11 @@ def prepare(req: CurveRequest) -> Prepared:
         tasks=tasks,
         index=index,
     )
+
+
+def observed_fit(req: CurveRequest | AdmitRequest | FrontRequest, budget: Budget) -> Fit | None:
+    """The observations' fit of a curve, or of the curve an allocation or a front walks."""
+    return _fit(req, budget)  # type: ignore[arg-type]  (the fields _fit reads, all three hold)
 
 
 def _fit(req: CurveRequest, budget: Budget | None = None) -> Fit | None:
@@ -265,13 +270,15 @@ def scaling_curve(
     budget: Budget | None = None,
     cache: AnswerCache[CurveResult] | None = None,
     solver: CellSolver = solve_cells,
+    fit: Fit | None = None,
 ) -> CurveResult:
-    """The curve of `req` (from `cache` when the same request was answered before)."""
+    """The curve of `req` (from `cache` when the same request was answered before); `fit`: the
+    observations' fit when already computed (`observed_fit` of the same request)."""
     key = cache_key("curve", req)
     if cache is not None and (hit := cache.get(key)) is not None:
         return hit
     prep = prepare(req)
-    f = _fit(req, budget)
+    f = fit if fit is not None else _fit(req, budget)
     outcomes = solver(prep.tasks, budget or Budget())
     cells = [
         _cell(label, n, out, req.batch, f)
