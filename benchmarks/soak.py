@@ -50,8 +50,16 @@ from benchmarks.soak_probe import memory_phase, residual_cpu, sigterm_phase
 
 ROOT = Path(__file__).resolve().parent.parent
 HEALTH_P99_S, POLITE_OK, RESIDUAL_CPU = 0.050, 0.90, 0.01
-FULL = {"clients": 64, "seconds": 60.0, "fuzz": 40_000, "curves": 256, "observations": 12_000}
-QUICK = {"clients": 8, "seconds": 3.0, "fuzz": 200, "curves": 8, "observations": 12_000}
+FULL = {
+    "clients": 64,
+    "seconds": 60.0,
+    "fuzz": 40_000,
+    "curves": 256,
+    "replan_s": 60.0,
+    "idle_s": 10.0,
+}
+QUICK = {"clients": 8, "seconds": 3.0, "fuzz": 200, "curves": 1, "replan_s": 5.0, "idle_s": 2.0}
+OBSERVATIONS = 12_000  # of the query in flight at SIGTERM
 GRACE_S = 30.0  # the server's default grace period (Settings.grace_period_s)
 _SERVING = re.compile(r"on [^ ]+:(\d+) \(")
 _HEALTH = re.compile(r"in plaintext, on :(\d+)")
@@ -142,11 +150,11 @@ def main(argv: list[str] | None = None) -> int:
             load = load_phase(server, tokens, clients, seconds, idle_s=1.0 if a.quick else 6.0)
             print(f"load done: {load['codes']}", flush=True)
             fz = fuzz_phase(server, tokens, fuzz)
-            idle = residual_cpu(server)
+            idle = residual_cpu(server, base["idle_s"])
             print(f"fuzz done: {fz['codes']}; residual CPU {idle['share']:.2%}", flush=True)
-            mem = memory_phase(server, tokens[1], curves)
+            mem = memory_phase(server, tokens[1], curves, base["replan_s"])
             print(f"memory done: {mem['codes']}", flush=True)
-            term = sigterm_phase(server, tokens[2], base["observations"])
+            term = sigterm_phase(server, tokens[2], OBSERVATIONS)
         finally:
             server.stop()
     report = {
@@ -187,7 +195,7 @@ def _print(r: dict[str, Any]) -> None:
         ["answers", codes(fz["codes"])],
         ["INTERNAL", f"{fz['internal']} calls, {fz['internal_items']} batch items, {fz['internal_log_lines']} log lines"],
         ["past deadline + 100 ms", f"{fz['late_count']} of {fz['logged']} logged calls"],
-        ["tree CPU over the next 10 s", f"{idle['cpu_s']:.2f} s ({idle['share']:.2%})"],
+        [f"tree CPU over the next {idle['seconds']:.0f} s", f"{idle['cpu_s']:.2f} s ({idle['share']:.2%})"],
     ]))  # fmt: skip
     print()
     print(table(["memory and SIGTERM", "value"], [

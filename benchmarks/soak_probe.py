@@ -139,9 +139,9 @@ def large_curve(i: int) -> Any:
     )
 
 
-def memory_phase(server: Server, token: str, curves: int) -> dict[str, Any]:
-    """The 78-byte Replan (60 s deadline), then `curves` distinct 4,096-cell curves from 4
-    clients: codes and the tree's peak RSS."""
+def memory_phase(server: Server, token: str, curves: int, replan_s: float) -> dict[str, Any]:
+    """The 78-byte Replan (a `replan_s` deadline), then `curves` distinct 4,096-cell curves
+    from 4 clients: codes and the tree's peak RSS."""
     from meshplan.client import PlannerClient, PlannerError
     from meshplan.solver.scheduler import ReplanRequest
 
@@ -150,7 +150,7 @@ def memory_phase(server: Server, token: str, curves: int) -> dict[str, Any]:
     with PeakRss(server.proc.pid) as peak, PlannerClient(server.target, token=token) as c:
         t0 = time.monotonic()
         try:
-            c.replan(ReplanRequest.model_validate(REPLAN_78), timeout=60)
+            c.replan(ReplanRequest.model_validate(REPLAN_78), timeout=replan_s)
             codes["replan OK"] += 1
         except PlannerError as err:
             codes[f"replan {err.code.name}"] += 1
