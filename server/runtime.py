@@ -71,19 +71,31 @@ class Runtime:
     def open_call(self, method: str, context: grpc.aio.ServicerContext) -> CallState:
         """The call's id (echoed in the trailers), caller, deadline (capped) and stop event."""
         metadata = context.invocation_metadata()
-        remaining = context.time_remaining()
-        limit = self.settings.max_deadline_s
-        call = CallState(
-            method=method,
-            request_id=request_id(metadata),
-            caller=caller_of(metadata, context.peer(), self.settings.auth_token_file is not None),
-            deadline=time.monotonic() + (limit if remaining is None else min(remaining, limit)),
+        call = self.new_call(
+            method,
+            caller_of(metadata, context.peer(), self.settings.auth_token_file is not None),
+            context.time_remaining(),
+            request_id(metadata),
         )
         context.add_done_callback(lambda _: call.stop.set())  # cancelled, or ended
         # Trailing, not initial, metadata: response headers would commit the call and stop the
         # client's retry policy from moving it to another replica if this one dies mid-solve.
         context.set_trailing_metadata(((REQUEST_ID_KEY, call.request_id),))
         return call
+
+    def new_call(
+        self, method: str, caller: str, remaining_s: float | None, request_id: str
+    ) -> CallState:
+        """A call's state from any front end (gRPC: `open_call`; JSON over HTTP): its caller
+        (a verified token's `auth.caller_of`, else the peer address), its deadline capped by
+        max_deadline_s (None: the cap), and its id."""
+        limit = self.settings.max_deadline_s
+        return CallState(
+            method=method,
+            request_id=request_id,
+            caller=caller,
+            deadline=time.monotonic() + (limit if remaining_s is None else min(remaining_s, limit)),
+        )
 
     def close_call(
         self,
@@ -147,6 +159,25 @@ class Runtime:
     ) -> Any:
         """Run `body(request, call)` for a unary call under every limit; failures -> status."""
         call = self.open_call(method, context)
+        answer, failure = await self.run(
+            call, request, body, admit=admit, batch_requests=batch_requests
+        )
+        if failure is None:
+            return answer
+        await self.abort(context, call, failure)
+
+    async def run(
+        self,
+        call: CallState,
+        request: Any,
+        body: Body,
+        *,
+        admit: bool = True,
+        batch_requests: int = 0,
+    ) -> tuple[Any, RpcFailure | None]:
+        """`body(request, call)` under every limit, whatever the front end: draining, the
+        caller's turn for admission, the deadline; then the call's log line and metrics.
+        (answer, None), or (None, the failure to send: any exception mapped to a status)."""
         status, error, failure = "OK", None, None
         try:
             if not admit and self.draining:  # a call that needs no ticket is still a new call
@@ -155,9 +186,9 @@ class Runtime:
             margin = self.settings.deadline_margin_s
             async with asyncio.timeout(max(call.remaining() - margin, 0)):
                 if not admit:
-                    return await body(request, call)
+                    return await body(request, call), None
                 async with self._admitted(call, batch_requests):
-                    return await body(request, call)
+                    return await body(request, call), None
         except RpcFailure as err:
             failure = err
         except TimeoutError:
@@ -170,7 +201,7 @@ class Runtime:
             failure = internal(call)
         finally:
             self.close_call(call, status, error, failure)
-        await self.abort(context, call, failure)
+        return None, failure
 
     async def stream(
         self,
