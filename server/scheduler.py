@@ -29,9 +29,9 @@ from google.protobuf.message import Message
 from pydantic import BaseModel
 
 from meshplan.server.limits import CallState, RpcFailure
-from meshplan.server.requests import check_message, parse_in_steps
+from meshplan.server.queries import Prepared, failure, prepare_query
+from meshplan.server.requests import Malformed, bad
 from meshplan.server.runtime import Runtime
-from meshplan.server.validate import Violation, shorten
 from meshplan.server.work import answer_proto, invalid
 from meshplan.solver.scheduler import (
     AdmitRequest,
@@ -43,7 +43,6 @@ from meshplan.solver.scheduler import (
     QueryStopped,
     ReplanRequest,
     SchedulerInputError,
-    cache_key,
     cost_model_version,
     replan,
     scaling_curve,
@@ -52,7 +51,6 @@ from meshplan.solver.scheduler import (
 )
 from meshplan.solver.scheduler.cache import curve_bytes
 from meshplan.solver.scheduler.cells import CellOutcome, CellSolver, CellTask, run_cells
-from meshplan.solver.scheduler.curve import observed_fit
 from meshplan.solver.scheduler.observe import Fit
 from meshplan.v1 import scheduler_pb2
 
@@ -62,6 +60,10 @@ from meshplan.v1 import scheduler_pb2
 # curve), and another caller still waits for at most one cell and TURN_CPU_S.
 TURN_CELLS = 4
 TURN_CPU_S = 0.05
+
+# Past this size a request is prepared on a solver slot (a 1 MiB one takes ~3 s to convert and
+# fit); below it, on the query thread (a request without observations is far smaller).
+LARGE_REQUEST_BYTES = 64 * 1024
 
 # method -> (request model, response message)
 QUERIES: dict[str, tuple[type[BaseModel], type[Message]]] = {
@@ -125,36 +127,57 @@ class SchedulerServicer:
     def _run(
         self, method: str, request: Any, call: CallState, loop: asyncio.AbstractEventLoop
     ) -> Message:
-        """On a query thread: the request parsed (in steps, between which the call's end
-        stops it), the answer from the cache or the query under the call's budget (its cells
-        solved through the runtime's slots), and its response message."""
+        """On a query thread: the request prepared (`_prepare`), the answer from the cache or
+        the query under the call's budget (its cells solved through the runtime's slots), and
+        its response message."""
         budget = self._budget(call)
         cells = partial(self._cells, method, call, loop)
+        req = None
         try:
             budget.check()
-            # one conversion and one fit at a time hold the GIL (the event loop waits behind
-            # each), not one per query in progress
-            with self.converting:
-                message = check_message(request, self.settings.max_string_chars)
-                req = parse_in_steps(message, QUERIES[method][0], budget.check)
-                key = _answer_key(method, req)
-                hit = self.answers.get(key) if key is not None else None
-                if hit is not None:
-                    return QUERIES[method][1].FromString(hit)
-                fit = observed_fit(req, budget) if getattr(req, "observations", None) else None
-            result = _answer(method, self._capped(req), budget, self.curves, cells, fit)
+            prepared = self._prepare(method, request, call, loop, budget)
+            if prepared.key is not None and (hit := self.answers.get(prepared.key)) is not None:
+                return QUERIES[method][1].FromString(hit)
+            req = prepared.request
+            result = _answer(method, self._capped(req), budget, self.curves, cells, prepared.fit)
             answer = answer_proto(result, QUERIES[method][1], req)
-        except SchedulerInputError as err:
-            violation = Violation(err.field, shorten(err.description, 300))
-            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(err), [violation]) from err
-        except QueryStopped as err:
-            code = grpc.StatusCode.CANCELLED if err.cancelled else grpc.StatusCode.DEADLINE_EXCEEDED
-            raise RpcFailure(code, f"{method} stopped: {err}") from err
+        except (SchedulerInputError, QueryStopped) as err:
+            raise failure(method, err) from err
         except (ValueError, KeyError, OverflowError) as err:  # what a cell's plan refused
+            if req is None:
+                raise
             raise invalid(err, req) from err
-        if key is not None:
-            self.answers[key] = answer.SerializeToString()
+        if prepared.key is not None:
+            self.answers[prepared.key] = answer.SerializeToString()
         return answer
+
+    def _prepare(
+        self,
+        method: str,
+        request: Any,
+        call: CallState,
+        loop: asyncio.AbstractEventLoop,
+        budget: Budget,
+    ) -> Prepared:
+        """The query parsed, checked, keyed and fitted: a request past LARGE_REQUEST_BYTES on a
+        solver slot (a worker process, when the pool has them: its observations stay there,
+        their fit comes back), a smaller one here, one at a time (each holds the GIL, and the
+        event loop waits behind it)."""
+        if isinstance(request, Malformed):
+            bad("request", request.error)
+        data, chars = request.SerializeToString(), self.settings.max_string_chars
+        if len(data) <= LARGE_REQUEST_BYTES:
+            with self.converting:
+                return prepare_query(method, data, chars, budget.deadline, False, stop=call.stop)
+        solve = self.rt.solve(call, method, prepare_query, method, data, chars, budget.deadline)
+        future = asyncio.run_coroutine_threadsafe(solve, loop)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            budget.check()
+            raise
+        finally:
+            future.cancel()
 
     def _cells(
         self,
@@ -237,10 +260,3 @@ def _answer(
     if method == "SmallestAllocation":
         return smallest_allocation(req, budget, curves=curves, solver=cells, fit=fit)
     return training_front(req, budget, curves=curves, solver=cells, fit=fit)
-
-
-def _answer_key(method: str, req: Any) -> str | None:
-    """The answer's cache key; None for a deadline against the server's clock (it moves)."""
-    if isinstance(req, AdmitRequest) and req.deadline_unix_s and not req.now_unix_s:
-        return None
-    return f"{method}:{cache_key(method, req)}"

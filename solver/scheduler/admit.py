@@ -199,7 +199,7 @@ def smallest_allocation(
                     f"clusters[{i}].price_per_gpu_hour", "the CHEAPEST objective needs every price"
                 )
     pinned = req.model_copy(update={"now_unix_s": now}) if req.deadline_unix_s else req
-    key = cache_key("admit", pinned)
+    key = cache_key("admit", pinned, fit.source if fit is not None else "")
     if cache is not None and (hit := cache.get(key)) is not None:
         return hit
     creq = curve_request(req)

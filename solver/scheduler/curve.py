@@ -5,7 +5,7 @@ scale unit, the knee and the largest useful count per type (definitions in the R
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from meshplan.solver.planner import evaluate
 from meshplan.solver.results import Wall
@@ -20,7 +20,7 @@ from meshplan.solver.scheduler.cache import AnswerCache
 from meshplan.solver.scheduler.cells import Budget, CellOutcome, CellSolver, CellTask, solve_cells
 from meshplan.solver.scheduler.key import cache_key, cost_model_version
 from meshplan.solver.scheduler.observe import NOTE, Fit, fit, prior_error, split, tokens_band
-from meshplan.solver.scheduler.requests import AdmitRequest, BatchPolicy, CurveRequest, FrontRequest
+from meshplan.solver.scheduler.requests import BatchPolicy, CurveRequest
 from meshplan.solver.scheduler.validate import (
     SchedulerInputError,
     check_batch,
@@ -93,9 +93,13 @@ def prepare(req: CurveRequest) -> Prepared:
     )
 
 
-def observed_fit(req: CurveRequest | AdmitRequest | FrontRequest, budget: Budget) -> Fit | None:
-    """The observations' fit of a curve, or of the curve an allocation or a front walks."""
-    return _fit(req, budget)  # type: ignore[arg-type]  (the fields _fit reads, all three hold)
+def observed_fit(req: CurveRequest, budget: Budget, source: str = "") -> Fit | None:
+    """The observations' fit of a curve (the curve an allocation or a front walks: their
+    `curve_request`), the request checked first as the curve checks it; `source`: a digest of
+    the observations, when the query will run without them (Fit.source)."""
+    prepare(req)
+    f = _fit(req, budget)
+    return f if f is None or not source else replace(f, source=source)
 
 
 def _fit(req: CurveRequest, budget: Budget | None = None) -> Fit | None:
@@ -274,7 +278,7 @@ def scaling_curve(
 ) -> CurveResult:
     """The curve of `req` (from `cache` when the same request was answered before); `fit`: the
     observations' fit when already computed (`observed_fit` of the same request)."""
-    key = cache_key("curve", req)
+    key = cache_key("curve", req, fit.source if fit is not None else "")
     if cache is not None and (hit := cache.get(key)) is not None:
         return hit
     prep = prepare(req)
@@ -299,7 +303,7 @@ def scaling_curve(
         fit=None
         if f is None
         else ObservationFit(
-            num_observations=len(req.observations),
+            num_observations=len(f.residuals),
             compute_factor=f.compute_factor,
             communication_factor=f.communication_factor,
             relative_error=f.relative_error,

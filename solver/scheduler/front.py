@@ -92,7 +92,7 @@ def training_front(
 ) -> FrontResult:
     """The front of `req` (from `cache` when asked before); `fit`: its observations' fit when
     already computed (curve.observed_fit)."""
-    key = cache_key("front", req)
+    key = cache_key("front", req, fit.source if fit is not None else "")
     if cache is not None and (hit := cache.get(key)) is not None:
         return hit
     curve = scaling_curve(curve_request(req), budget, curves, solver, fit)

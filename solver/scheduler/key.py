@@ -35,7 +35,11 @@ def canonical(request: BaseModel) -> str:
     return request.model_dump_json()
 
 
-def cache_key(kind: str, request: BaseModel) -> str:
-    """32 hex digits naming (query kind, canonical request, cost-model version)."""
+def cache_key(kind: str, request: BaseModel, salt: str = "") -> str:
+    """32 hex digits naming (query kind, canonical request, cost-model version); `salt` names
+    what the request stands for beyond its fields (the observations a query's fit was made
+    from, when they were fitted apart and left out of it: observe.Fit.source)."""
     text = f"{kind}\n{cost_model_version()}\n{canonical(request)}"
+    if salt:
+        text += f"\n{salt}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]

@@ -91,6 +91,9 @@ class Fit:
     residuals: list[float]  # predicted / measured - 1 per observation, after the fit
     observed: dict[str, tuple[int, int]]  # per cluster label: (fewest, most) GPUs observed
     prior: float | None
+    # a digest of the observations when they were fitted apart from the query that uses the fit
+    # (then left out of its request: the digest keys its answers instead)
+    source: str = ""
 
     def time(self, comp: float, comm: float) -> float:
         return self.compute_factor * comp + self.communication_factor * comm
