@@ -1,18 +1,20 @@
 """The scheduler RPCs of meshplan.v1.Planner: ScalingCurve, Replan, SmallestAllocation and
 TrainingFront, registered next to PlannerServicer in server.app.SERVICES.
 
-Each goes through the shared Runtime like a plan: an admission ticket (the per-caller limits),
-the call's capped deadline, the log line and the metrics. The query itself (checks, the
-observations' fit, envelopes, answers) runs on a thread of the server; its cells run in turns
-of a few cells (TURN_CELLS, TURN_CPU_S), each turn a solve (`Runtime.solve`: a fair turn on a
-solver slot, in a worker process when the pool has them), so a curve's cells spread over the
-pool and another caller waits for at most one cell and TURN_CPU_S. All run under a `Budget`
-made of the call's stop event (set on cancel or deadline) and its deadline less the time kept
-back to send the answer. Answers are memoised by cache key as response messages (the same
-request gives the same bytes); the curves that SmallestAllocation and TrainingFront walk are
-memoised too.
+Each goes through the shared Runtime like a plan: an admission ticket in the caller's turn, the
+call's capped deadline, the log line and the metrics. Nothing of the request is converted on
+the event loop: a request past LARGE_REQUEST_BYTES is parsed, checked and its observations
+fitted on a solver slot (server.queries: in a worker process, so the server process never holds
+the GIL for it), a smaller one on the query thread, one at a time. The query itself (checks,
+envelopes, answers) runs on a thread of the server; its cells run in turns of a few cells
+(TURN_CELLS, TURN_CPU_S), each turn a solve (`Runtime.solve`: a fair turn on a solver slot, in
+a worker process when the pool has them), so a curve's cells spread over the pool and another
+caller waits for at most one cell and TURN_CPU_S. All run under a `Budget` made of the call's
+stop event (set on cancel or deadline) and its deadline less the time kept back to send the
+answer. Answers are memoised by cache key as their wire bytes (the same request gives the same
+bytes), the curves that SmallestAllocation and TrainingFront walk as objects, both caches
+bounded in bytes (settings answer_cache_bytes, curve_cache_bytes).
 """
-
 from __future__ import annotations
 
 import asyncio
