@@ -37,7 +37,8 @@ from meshplan.server.validate import bad_request_status, shorten
 
 log = logging.getLogger("meshplan.server")
 T = TypeVar("T")
-BATCH_CLOSE_S = 1.0  # the end of a drain's grace kept for batches to answer their other items
+BATCH_CLOSE_S = 1.0
+REFUSED_LINES_PER_S = 10  # log lines a second for calls refused for their token  # the end of a drain's grace kept for batches to answer their other items
 
 Body = Callable[[Any, CallState], Awaitable[Any]]
 StreamBody = Callable[[Any, CallState], AsyncIterator[Any]]
@@ -61,6 +62,7 @@ class Runtime:
         self.slots = FairSlots(settings.max_concurrent_solves, settings.solves_per_caller)
         self.slots.on_wait = self._recall
         self._behind: set[Solve] = set()  # queued behind a running solve, not yet started
+        self._refused_window, self._refused_lines, self._refused_unlogged = 0.0, 0, 0
         self.draining = False
         self.on_close: set[Callable[[], None]] = set()  # called when the grace nearly ends
         self.idle = asyncio.Event()  # set whenever no admitted call is in progress
@@ -141,10 +143,22 @@ class Runtime:
         )
 
     def refused(self, method: str, peer: str) -> None:
-        """Log and count a call refused before it was parsed (no valid token)."""
+        """Count a call refused before it was parsed (no valid token), and log it: at most
+        REFUSED_LINES_PER_S lines a second, the next line saying how many went unlogged (a
+        caller looping on made-up tokens must not turn the event loop into a log writer)."""
         name = method.rsplit("/", 1)[-1]
-        self.metrics.calls.labels(name, "UNAUTHENTICATED").inc()
+        self.metrics.child(self.metrics.calls, name, "UNAUTHENTICATED").inc()
+        now = time.monotonic()
+        if now - self._refused_window >= 1.0:
+            self._refused_window, self._refused_lines = now, 0
+        if self._refused_lines >= REFUSED_LINES_PER_S:
+            self._refused_unlogged += 1
+            return
+        self._refused_lines += 1
         fields = {"method": name, "status": "UNAUTHENTICATED", "peer": peer}
+        if self._refused_unlogged:
+            fields["unlogged_before"] = self._refused_unlogged
+            self._refused_unlogged = 0
         log.info("method=%s status=UNAUTHENTICATED", name, extra={FIELDS: fields})
 
     async def unary(

@@ -27,7 +27,7 @@ from meshplan.client import (
 )
 from meshplan.client.sync import plan_message
 from meshplan.server.cli import add_serve_arguments, settings_from_args
-from meshplan.server.logs import JsonFormatter, TextFormatter
+from meshplan.server.logs import FIELDS, JsonFormatter, TextFormatter
 from meshplan.solver.schema import PlanRequest
 from meshplan.v1 import planner_pb2_grpc
 
@@ -193,3 +193,25 @@ def test_bad_settings_exit_2_with_one_line(tmp_path: Path) -> None:
         )
         assert done.returncode == 2, done.stderr
         assert word in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_refusals_for_a_token_are_counted_all_and_logged_at_most_ten_a_second(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from meshplan.server.metrics import Metrics
+    from meshplan.server.runtime import REFUSED_LINES_PER_S, Runtime
+    from meshplan.server.settings import Settings
+
+    metrics = Metrics()
+    rt = Runtime(Settings(solver_processes=0, max_concurrent_solves=1), metrics)
+    try:
+        with caplog.at_level(logging.INFO, logger="meshplan.server"):
+            for _ in range(25):
+                rt.refused("/meshplan.v1.Planner/Plan", "ipv4:10.0.0.9:5555")
+            assert len(caplog.records) == REFUSED_LINES_PER_S
+            rt._refused_window -= 1.0  # a second later
+            rt.refused("/meshplan.v1.Planner/Plan", "ipv4:10.0.0.9:5555")
+        assert caplog.records[-1].__dict__[FIELDS]["unlogged_before"] == 15
+        assert metrics.calls.labels("Plan", "UNAUTHENTICATED")._value.get() == 26
+    finally:
+        rt.runner.close()
