@@ -15,6 +15,7 @@ answer. Answers are memoised by cache key as their wire bytes (the same request 
 bytes), the curves that SmallestAllocation and TrainingFront walk as objects, both caches
 bounded in bytes (settings answer_cache_bytes, curve_cache_bytes).
 """
+
 from __future__ import annotations
 
 import asyncio
