@@ -1,20 +1,25 @@
-"""Soak: the service under many clients and under fuzzed calls, against the service's targets.
+"""Soak: the service under many clients, fuzzed calls and a hostile caller's requests, against
+the service's targets, the whole process tree (the server and its solver processes) measured.
 
-The server runs as its own process (`python -m meshplan.server`, default settings, a token per
-client, JSON logs) so that its RSS is its own. Two phases:
+The server runs as its own process (`python -m meshplan.server`, default settings but a
+plaintext health port, tokens, JSON logs). Phases:
 
-1. load: `--clients` asyncio clients (each with its own token) call Plan, Evaluate, PlanBatch
-   and ListCatalog for `--seconds`, backing off exponentially on RESOURCE_EXHAUSTED, while a
-   separate process checks health every 50 ms. Targets: only OK and RESOURCE_EXHAUSTED, health
-   Check p99 <= 50 ms, RSS growth <= 50 MB (after the load and a few seconds idle).
-2. fuzz: `--fuzz` raw calls (benchmarks/soak_fuzz.py: the property tests' generated requests,
-   the same with extreme fields, random layouts, batches, garbage bytes) with deadlines of
-   0.05-1 s. Targets: no INTERNAL (status, batch item, or server log line) and no call the
-   server ended later than its deadline + 100 ms (the `call_s` of its log line).
+1. load: `--clients` asyncio callers for `--seconds` (benchmarks/soak_load.py: a polite caller,
+   tenants sharing three tokens with plans, batches and scheduler queries of up to ~0.9 MB with
+   thousands of observations, callers with made-up tokens), backing off on RESOURCE_EXHAUSTED,
+   while a process per port checks health every 50 ms. Targets: the tenants' and the polite
+   caller's answers only OK / RESOURCE_EXHAUSTED / DEADLINE_EXCEEDED, the polite caller's plans
+   >= 90% OK, health Check p99 <= 50 ms on both ports, the tree's peak RSS within the
+   Deployment's memory limit.
+2. fuzz: `--fuzz` raw calls (benchmarks/soak_fuzz.py) with deadlines of 0.05-1 s. Targets: no
+   INTERNAL (status, batch item, or server log line), no call the server ended later than its
+   deadline + 100 ms (the `call_s` of its log line), the tree's CPU over the next 10 s < 1%.
+3. memory (benchmarks/soak_probe.py): the 78-byte Replan (precompute_nodes 1024 on 1,048,576
+   GPUs) and `--curves` distinct 4,096-cell curves. Target: the tree's peak RSS within the
+   Deployment's memory limit.
+4. SIGTERM with a query of 12,000 observations in flight: exit 0 within the grace period.
 
-Then SIGTERM: the server must drain and exit 0.
-
-    python -m benchmarks soak [--quick] [--clients N] [--seconds S] [--fuzz N] [--json PATH]
+    python -m benchmarks soak [--quick] [--clients N] [--seconds S] [--fuzz N] [--curves N]
 """
 
 from __future__ import annotations
@@ -41,12 +46,33 @@ from benchmarks.common import (
 )
 from benchmarks.soak_fuzz import FUZZ_THREADS, fuzz_phase
 from benchmarks.soak_load import load_phase
+from benchmarks.soak_probe import memory_phase, residual_cpu, sigterm_phase
 
 ROOT = Path(__file__).resolve().parent.parent
-HEALTH_P99_S, RSS_GROWTH_MB = 0.050, 50.0
-FULL = {"clients": 64, "seconds": 60.0, "fuzz": 20_000}
-QUICK = {"clients": 8, "seconds": 3.0, "fuzz": 200}
+HEALTH_P99_S, POLITE_OK, RESIDUAL_CPU = 0.050, 0.90, 0.01
+FULL = {
+    "clients": 64,
+    "seconds": 60.0,
+    "fuzz": 40_000,
+    "curves": 256,
+    "replan_s": 60.0,
+    "idle_s": 10.0,
+}
+QUICK = {"clients": 8, "seconds": 3.0, "fuzz": 200, "curves": 1, "replan_s": 5.0, "idle_s": 2.0}
+OBSERVATIONS = 12_000  # of the query in flight at SIGTERM
+GRACE_S = 30.0  # the server's default grace period (Settings.grace_period_s)
 _SERVING = re.compile(r"on [^ ]+:(\d+) \(")
+_HEALTH = re.compile(r"in plaintext, on :(\d+)")
+
+
+def deployment_limit_mb() -> float:
+    """The memory limit of the shipped Deployment's container (MB)."""
+    text = (ROOT / "deploy" / "kubernetes" / "deployment.yaml").read_text()
+    found = re.search(r"limits:\s*\n(?:\s+cpu:.*\n)?\s+memory:\s*(\d+)(Gi|Mi)", text)
+    if found is None:
+        return float("nan")
+    value, unit = int(found.group(1)), found.group(2)
+    return value * (2**30 if unit == "Gi" else 2**20) / 1e6
 
 
 class Server:
@@ -58,6 +84,7 @@ class Server:
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
         cmd = [sys.executable, "-m", "meshplan.server", "--host", LOOPBACK, "--port", "0"]
         cmd += ["--auth-token-file", str(workdir / "tokens"), "--log-format", "json"]
+        cmd += ["--health-port", "0"]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=self.log.open("w"))
         deadline = time.monotonic() + 120
         while (found := _SERVING.search(self.log.read_text())) is None:
@@ -65,6 +92,8 @@ class Server:
                 raise RuntimeError("the server did not start:\n" + self.log.read_text())
             time.sleep(0.05)
         self.target = f"{LOOPBACK}:{found.group(1)}"
+        health = _HEALTH.search(self.log.read_text())
+        self.health_target = f"{LOOPBACK}:{health.group(1)}" if health else self.target
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -82,6 +111,8 @@ class Server:
         return out
 
     def stop(self) -> int:
+        if self.proc.poll() is not None:
+            return self.proc.returncode
         self.proc.send_signal(signal.SIGTERM)
         try:
             return self.proc.wait(60)
@@ -100,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, help=f"concurrent clients (default {FULL['clients']})")
     p.add_argument("--seconds", type=float, help=f"load duration (default {FULL['seconds']:.0f})")
     p.add_argument("--fuzz", type=int, help=f"fuzzed calls (default {FULL['fuzz']:,})")
+    p.add_argument("--curves", type=int, help=f"4,096-cell curves (default {FULL['curves']})")
     a = p.parse_args(argv)
     base = QUICK if a.quick else FULL
     clients, seconds, fuzz = (
@@ -107,49 +139,90 @@ def main(argv: list[str] | None = None) -> int:
         a.seconds or base["seconds"],
         a.fuzz or base["fuzz"],
     )
-    print(header("soak", clients=clients, seconds=seconds, fuzz=fuzz), flush=True)
+    curves = a.curves or base["curves"]
+    print(header("soak", clients=clients, seconds=seconds, fuzz=fuzz, curves=curves), flush=True)
     tokens = [
         f"soak-client-{i:03d}-{os.urandom(6).hex()}" for i in range(max(clients, FUZZ_THREADS))
     ]
     with tempfile.TemporaryDirectory(prefix="meshplan-soak-") as tmp:
         server = Server(Path(tmp), tokens)
         try:
-            load = load_phase(server, tokens[:clients], seconds, idle_s=1.0 if a.quick else 6.0)
+            load = load_phase(server, tokens, clients, seconds, idle_s=1.0 if a.quick else 6.0)
+            print(f"load done: {load['codes']}", flush=True)
             fz = fuzz_phase(server, tokens, fuzz)
+            idle = residual_cpu(server, base["idle_s"])
+            print(f"fuzz done: {fz['codes']}; residual CPU {idle['share']:.2%}", flush=True)
+            mem = memory_phase(server, tokens[1], curves, base["replan_s"])
+            print(f"memory done: {mem['codes']}", flush=True)
+            term = sigterm_phase(server, tokens[2], OBSERVATIONS)
         finally:
-            exit_code = server.stop()
-    report = {"load": load, "fuzz": fz, "exit_code": exit_code}
+            server.stop()
+    report = {
+        "load": load,
+        "fuzz": fz,
+        "residual_cpu": idle,
+        "memory": mem,
+        "sigterm": term,
+        "limit_mb": deployment_limit_mb(),
+    }
     _print(report)
     write_json(a.json, {"report": report})
     return 0
 
 
 def _print(r: dict[str, Any]) -> None:
-    load, fz = r["load"], r["fuzz"]
-    growth = load["rss_after_mb"] - load["rss_before_mb"]
-    h = load["health"]
+    load, fz, mem, term, idle = r["load"], r["fuzz"], r["memory"], r["sigterm"], r["residual_cpu"]
+    limit = r["limit_mb"]
+    h, hp = load["health"], load["health_port"]
+    polite = load["polite"]
+    polite_ok = polite.get("OK", 0) / max(sum(polite.values()), 1)
+
+    def codes(c: dict[str, int]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
+
     print(table(["load", "value"], [
         ["clients x seconds", f"{load['clients']} x {load['seconds']:.1f} s"],
-        ["answers", ", ".join(f"{k} {v}" for k, v in sorted(load["codes"].items()))],
-        ["health Check", f"p50 {fmt_s(h['p50'])}  p99 {fmt_s(h['p99'])}  max {fmt_s(h['max'])}  (n={h['n']}, failed {load['health_failures']})"],
-        ["server RSS", f"{load['rss_before_mb']:.0f} MB -> {load['rss_after_mb']:.0f} MB"],
+        ["tenants' answers", codes(load["codes"])],
+        ["polite caller", f"{codes(polite)} ({polite_ok:.0%} OK)"],
+        ["made-up tokens", codes(load["made_up"])],
+        ["health Check, gRPC port", f"p50 {fmt_s(h['p50'])}  p99 {fmt_s(h['p99'])}  max {fmt_s(h['max'])}  (n={h['n']}, failed {load['health_failures']})"],
+        ["health Check, health port", f"p50 {fmt_s(hp['p50'])}  p99 {fmt_s(hp['p99'])}  max {fmt_s(hp['max'])}  (n={hp['n']}, failed {load['health_port_failures']})"],
+        ["tree RSS", f"{load['rss_before_mb']:.0f} MB -> peak {load['rss_peak_mb']:.0f} MB -> {load['rss_after_mb']:.0f} MB (limit {limit:.0f} MB)"],
     ]))  # fmt: skip
     print()
     print(table(["fuzz", "value"], [
-        ["calls", f"{fz['calls']:,} in {fz['seconds']:.1f} s ({', '.join(f'{k} {v}' for k, v in sorted(fz['kinds'].items()))})"],
-        ["answers", ", ".join(f"{k} {v}" for k, v in sorted(fz["codes"].items()))],
+        ["calls", f"{fz['calls']:,} in {fz['seconds']:.1f} s ({codes(fz['kinds'])})"],
+        ["answers", codes(fz["codes"])],
         ["INTERNAL", f"{fz['internal']} calls, {fz['internal_items']} batch items, {fz['internal_log_lines']} log lines"],
         ["past deadline + 100 ms", f"{fz['late_count']} of {fz['logged']} logged calls"],
+        [f"tree CPU over the next {idle['seconds']:.0f} s", f"{idle['cpu_s']:.2f} s ({idle['share']:.2%})"],
     ]))  # fmt: skip
-    only = set(load["codes"]) <= {"OK", "RESOURCE_EXHAUSTED"}
+    print()
+    print(table(["memory and SIGTERM", "value"], [
+        ["78-byte Replan", f"{codes({k: v for k, v in mem['codes'].items() if k.startswith('replan')})} in {mem['replan_s']:.1f} s; tree peak {mem['replan_peak_mb']:.0f} MB"],
+        [f"{mem['curves']} 4,096-cell curves", f"{codes({k: v for k, v in mem['codes'].items() if k.startswith('curve')})} in {mem['curves_s']:.1f} s"],
+        ["tree RSS", f"{mem['rss_before_mb']:.0f} MB -> peak {mem['peak_mb']:.0f} MB -> {mem['rss_after_mb']:.0f} MB"],
+        [f"SIGTERM, {term['observations']:,} observations in flight", f"exit {term['exit_code']} after {term['exit_s']:.1f} s (call: {term['call']})"],
+    ]))  # fmt: skip
+    allowed = {"OK", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"}
+    only = set(load["codes"]) | set(polite)
     internal = fz["internal"] + fz["internal_items"] + fz["internal_log_lines"]
+    peak = max(load["rss_peak_mb"], mem["peak_mb"])
+    exited = term["exit_code"] == 0 and term["exit_s"] <= GRACE_S
+    exit_text = f"exit {term['exit_code']} in {term['exit_s']:.1f} s"
+
+    def met(ok: bool, text: str) -> str:
+        return f"{'met' if ok else 'MISSED'} ({text})"
+
     parts = [
-        f"load answers only OK/RESOURCE_EXHAUSTED {'met' if only else 'MISSED: ' + str(sorted(load['codes']))}",
-        f"health p99 {verdict(h['p99'], HEALTH_P99_S)}",
-        f"RSS growth {verdict(max(growth, 0.0), RSS_GROWTH_MB, lambda x: f'{x:.0f} MB')}",
-        f"fuzz INTERNAL {'met (0)' if internal == 0 else f'MISSED: {internal}'}",
-        f"fuzz past deadline+100ms {'met (0)' if fz['late_count'] == 0 else 'MISSED: ' + str(fz['late_count'])}",
-        f"drain {'met (exit 0)' if r['exit_code'] == 0 else 'MISSED: exit ' + str(r['exit_code'])}",
+        f"answers only OK/RE/DE {met(only <= allowed, ', '.join(sorted(only)))}",
+        f"polite plans >= 90% OK {met(polite_ok >= POLITE_OK, f'{polite_ok:.0%}')}",
+        f"health p99 {verdict(h['p99'], HEALTH_P99_S)} / health port {verdict(hp['p99'], HEALTH_P99_S)}",
+        f"tree peak RSS within the limit {met(peak <= limit, f'{peak:.0f} of {limit:.0f} MB')}",
+        f"fuzz INTERNAL {met(internal == 0, str(internal))}",
+        f"fuzz past deadline+100ms {met(fz['late_count'] == 0, str(fz['late_count']))}",
+        f"residual CPU {met(idle['share'] < RESIDUAL_CPU, format(idle['share'], '.2%'))}",
+        f"SIGTERM exit within {GRACE_S:.0f} s {met(exited, exit_text)}",
     ]
     print("\nsummary: " + "; ".join(parts))
 

@@ -152,10 +152,63 @@ def scheduler_message(method: str, base: Message, rng: random.Random) -> Message
     return msg
 
 
+def with_observations(msg: Message, rng: random.Random, count: int) -> Message:
+    """A ScalingCurve, SmallestAllocation or TrainingFront query with `count` observations of
+    random layouts on its grid's counts (many repeated, some that no cell can run)."""
+    counts = list(msg.grid.counts) or [max(t.max_gpus, 1) for t in msg.clusters]
+    label = msg.clusters[0].name or msg.clusters[0].gpu
+    layouts = []
+    for _ in range(rng.randint(1, 8)):
+        n = rng.choice(counts)
+        tp = rng.choice([t for t in (1, 2, 4, 8) if n % t == 0])
+        layouts.append((n, tp, n // tp, rng.choice([1, 2]), rng.choice([1, 4, 16])))
+    for _ in range(count):
+        n, tp, dp, mb, m = rng.choice(layouts)
+        ob = msg.observations.add(cluster=label, num_gpus=n, step_time_s=rng.uniform(0.5, 20))
+        ob.config.tp, ob.config.pp, ob.config.dp = tp, 1, dp
+        ob.config.micro_batch_size, ob.config.num_microbatches = mb, m
+    return msg
+
+
+def _precision_or_size(method: str, base: Message, rng: random.Random) -> Message:
+    """FP8 on an A100 (alone, or in a fleet with an H100), or a size past int64's answers."""
+    from meshplan.v1 import planner_pb2, spec_pb2
+
+    if method == PLAN:
+        msg = planner_pb2.PlanRequest()
+        msg.CopyFrom(base)
+    else:
+        msg = scheduler_message(method, base, rng)
+    if rng.random() < 0.5:
+        msg.training.precision = spec_pb2.Precision.Value("PRECISION_FP8")
+        if method in (PLAN, REPLAN):
+            msg.cluster.gpu = "a100-sxm-80gb"
+        else:
+            msg.clusters[0].gpu = "a100-sxm-80gb"
+            if rng.random() < 0.5:
+                msg.clusters.add(gpu="h100-sxm-80gb", max_gpus=msg.clusters[0].max_gpus)
+        return msg
+    which = rng.choice(["num_layers", "hidden_size", "micro_batch_size", "num_microbatches"])
+    if which in ("num_layers", "hidden_size"):
+        msg.model.Clear()
+        msg.model.num_layers, msg.model.hidden_size = 32, 4096
+        msg.model.num_attention_heads = msg.model.num_kv_heads = 32
+        msg.model.ffn_hidden_size, msg.model.vocab_size = 14336, 128256
+        setattr(msg.model, which, 2**31 - 1 if which == "num_layers" else 2**30)
+    elif method == REPLAN:
+        setattr(msg.config, which, 2**31 - 1)
+    elif method == PLAN:
+        setattr(msg.search, which, 2**31 - 1)
+    return msg
+
+
 def fuzz_calls(count: int, seed: int = 0, max_deadline_s: float = 1.0) -> list[FuzzCall]:
-    """`count` raw calls: 40% generated plans, 20% with one extreme field, 10% evaluations of a
-    random layout, 5% batches, 5% scheduler queries (a third with an extreme field), 20% garbage
-    (to any method); each with a deadline of 0.05..max_deadline_s."""
+    """`count` raw calls: 35% generated plans, 15% with one extreme field, 10% evaluations of a
+    random layout, 5% batches, 12% scheduler queries (a third with an extreme field), 4% queries
+    with 1..2,000 observations, 4% FP8 on an A100 (alone or beside an H100) or a size whose
+    answer passes int64 (num_layers 2^31-1, hidden_size 2^30, micro-batches 2^31-1), on Plan and
+    every scheduler query, 15% garbage (to any method); each with a deadline of
+    0.05..max_deadline_s."""
     from meshplan.client.sync import plan_message
     from meshplan.v1 import planner_pb2
 
@@ -167,15 +220,15 @@ def fuzz_calls(count: int, seed: int = 0, max_deadline_s: float = 1.0) -> list[F
     for _ in range(count):
         roll, base = rng.random(), rng.choice(pool)
         deadline = rng.uniform(0.05, max_deadline_s)
-        if roll < 0.40:
+        if roll < 0.35:
             out.append(FuzzCall(PLAN, base.SerializeToString(), deadline, "generated"))
-        elif roll < 0.60:
+        elif roll < 0.50:
             msg = planner_pb2.PlanRequest()
             msg.CopyFrom(base)
             for _ in range(rng.randint(1, 3)):
                 _set_extreme(msg, rng)
             out.append(FuzzCall(PLAN, msg.SerializeToString(), deadline, "extreme"))
-        elif roll < 0.70:
+        elif roll < 0.60:
             ev = planner_pb2.EvaluateRequest(
                 model=base.model, cluster=base.cluster, training=base.training
             )
@@ -184,18 +237,28 @@ def fuzz_calls(count: int, seed: int = 0, max_deadline_s: float = 1.0) -> list[F
             if rng.random() < 0.3:
                 _set_extreme(ev, rng)
             out.append(FuzzCall(EVALUATE, ev.SerializeToString(), deadline, "evaluate"))
-        elif roll < 0.75:
+        elif roll < 0.65:
             items = [rng.choice(pool) for _ in range(rng.randint(1, 6))]
             batch = planner_pb2.PlanBatchRequest(requests=items)
             if rng.random() < 0.5:
                 _set_extreme(batch.requests[0], rng)
             out.append(FuzzCall(BATCH, batch.SerializeToString(), deadline, "batch"))
-        elif roll < 0.80:
+        elif roll < 0.77:
             method = rng.choice(SCHEDULER)
             query = scheduler_message(method, base, rng)
             if rng.random() < 0.33:
                 _set_extreme(query, rng)
             out.append(FuzzCall(method, query.SerializeToString(), deadline, "scheduler"))
+        elif roll < 0.81:
+            method = rng.choice([CURVE, ADMIT, FRONT])
+            query = with_observations(
+                scheduler_message(method, base, rng), rng, rng.choice([1, 2, 50, 2000])
+            )
+            out.append(FuzzCall(method, query.SerializeToString(), deadline, "observations"))
+        elif roll < 0.85:
+            method = rng.choice([PLAN, *SCHEDULER])
+            query = _precision_or_size(method, base, rng)
+            out.append(FuzzCall(method, query.SerializeToString(), deadline, "fp8-or-huge"))
         else:
             method = rng.choice([PLAN, PLAN, EVALUATE, BATCH, CATALOG, rng.choice(SCHEDULER)])
             out.append(

@@ -1,4 +1,10 @@
-"""The soak benchmark's load phase: asyncio clients with backoff, and a health prober process."""
+"""The soak benchmark's load phase: asyncio clients with backoff, and a health prober process
+per port (the gRPC port and the plaintext health port).
+
+Callers: one polite caller (its own token, one small plan at a time, no burst); tenants that
+share three tokens (plans, evaluations, batches, the catalog, and scheduler queries, among them
+curves with 2,000 observations and requests of ~0.9 MB, near the 1 MiB cap); and callers with
+tokens they made up (refused UNAUTHENTICATED before anything is parsed, counted apart)."""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ import random
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
+
+import grpc
 
 from benchmarks.common import Summary
 
@@ -37,16 +45,46 @@ def _requests() -> list[tuple[str, Any]]:
     ]
 
 
-async def _client(target: str, token: str, until: float, seed: int, codes: Counter) -> None:
-    from meshplan.client import AsyncPlannerClient, PlannerError
+def _scheduler_requests() -> list[tuple[str, Any]]:
+    """Curves as their wire bytes, made once (a 16,000-observation request takes the client
+    ~0.75 s of CPU to convert: made at each call, the clients would load the machine more than
+    the server)."""
+    from benchmarks.soak_probe import observed_curve
+    from meshplan.convert import to_proto
+    from meshplan.v1 import scheduler_pb2
 
-    rng, mix, backoff = random.Random(seed), _requests(), 0
+    def wire(observations: int, seed: int) -> bytes:
+        req = observed_curve(observations, seed=seed)
+        return to_proto(req, scheduler_pb2.ScalingCurveRequest).SerializeToString()
+
+    return [
+        ("curve", wire(2_000, 1)),
+        ("curve", wire(16_000, 2)),  # ~0.9 MB on the wire
+        ("curve", wire(40, 3)),
+    ]
+
+
+async def _client(
+    target: str, token: str, until: float, seed: int, codes: Counter, mix: list | None = None
+) -> None:
+    from meshplan.client import AsyncPlannerClient, PlannerError
+    from meshplan.client.exceptions import error_from_rpc
+
+    rng, backoff = random.Random(seed), 0
+    mix = mix if mix is not None else _requests()
     async with AsyncPlannerClient(target, token=token, default_timeout=120) as client:
         while time.monotonic() < until:
             kind, req = rng.choice(mix)
             try:
                 if kind == "plan":
-                    await client.plan(req)
+                    await client.plan(req, timeout=30)
+                elif kind == "curve":  # raw bytes on the client's own channel
+                    curve = client._channel.unary_unary("/meshplan.v1.Planner/ScalingCurve")
+                    metadata = (("authorization", f"Bearer {token}"),)
+                    try:
+                        await curve(req, timeout=10, metadata=metadata)
+                    except grpc.RpcError as err:
+                        raise error_from_rpc(err, "") from None
                 elif kind == "evaluate":
                     await client.evaluate(req)
                 elif kind == "batch":
@@ -86,34 +124,60 @@ def _health_prober(target: str, seconds: float, conn: Any) -> None:
     conn.send((latencies, failures))
 
 
-def load_phase(server: Server, tokens: list[str], seconds: float, idle_s: float) -> dict[str, Any]:
+def load_phase(
+    server: Server, tokens: list[str], clients: int, seconds: float, idle_s: float
+) -> dict[str, Any]:
+    """`clients` callers for `seconds`: tokens[0] is the polite caller's, tokens[1:4] the
+    tenants'; one caller in eight makes its token up."""
+    from benchmarks.soak_probe import PeakRss, tree_rss_mb
+
     ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    prober = ctx.Process(target=_health_prober, args=(server.target, seconds, child), daemon=True)
-    prober.start()
+    probes = []
+    for target in (server.target, server.health_target):
+        parent, child = ctx.Pipe()
+        prober = ctx.Process(target=_health_prober, args=(target, seconds, child), daemon=True)
+        prober.start()
+        probes.append((parent, prober))
     codes: Counter = Counter()
+    polite: Counter = Counter()
+    made_up: Counter = Counter()
     asyncio.run(_client(server.target, tokens[0], time.monotonic() + 1.0, -1, Counter()))  # warm
-    rss_before = server.rss_mb()
+    rss_before = tree_rss_mb(server.proc.pid)
+    heavy = _requests() + _scheduler_requests()
+    polite_mix = [kv for kv in _requests() if kv[0] == "plan"][:1]
 
     async def run() -> None:
         until = time.monotonic() + seconds
-        await asyncio.gather(
-            *(_client(server.target, t, until, i, codes) for i, t in enumerate(tokens))
-        )
+        callers = [_client(server.target, tokens[0], until, 0, polite, polite_mix)]
+        for i in range(1, clients):
+            if i % 8 == 0:
+                token, count = f"made-up-token-{i:04d}-0123456789", made_up
+            else:
+                token, count = tokens[1 + i % 3], codes  # three tenants share their tokens
+            callers.append(_client(server.target, token, until, i, count, heavy))
+        await asyncio.gather(*callers)
 
     t0 = time.monotonic()
-    asyncio.run(run())
+    with PeakRss(server.proc.pid) as peak:
+        asyncio.run(run())
     wall = time.monotonic() - t0
-    latencies, failures = parent.recv() if parent.poll(seconds + 120) else ([1.0], 1)
-    prober.join(30)
+    health = []
+    for parent, prober in probes:
+        latencies, failures = parent.recv() if parent.poll(seconds + 120) else ([1.0], 1)
+        prober.join(30)
+        health.append((Summary.of(latencies).__dict__, failures))
     time.sleep(idle_s)  # the server returns freed memory every few seconds
-    rss_after = server.rss_mb()
     return {
-        "clients": len(tokens),
+        "clients": clients,
         "seconds": wall,
         "codes": dict(codes),
-        "health": Summary.of(latencies).__dict__,
-        "health_failures": failures,
+        "polite": dict(polite),
+        "made_up": dict(made_up),
+        "health": health[0][0],
+        "health_failures": health[0][1],
+        "health_port": health[1][0],
+        "health_port_failures": health[1][1],
         "rss_before_mb": rss_before,
-        "rss_after_mb": rss_after,
+        "rss_peak_mb": peak.peak,
+        "rss_after_mb": tree_rss_mb(server.proc.pid),
     }

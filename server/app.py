@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -40,6 +41,7 @@ log = logging.getLogger("meshplan.server")
 T = TypeVar("T")
 
 _TRIM_S = 5.0  # seconds between two returns of freed heap memory to the system
+SWITCH_INTERVAL_S = 0.0005
 PLANNER = planner_pb2.DESCRIPTOR.services_by_name["Planner"]
 SERVICE_NAME = PLANNER.full_name
 
@@ -75,12 +77,28 @@ def server_options(s: Settings) -> list[tuple[str, Any]]:
         # server side: the shortest interval it accepts between a client's pings
         ("grpc.http2.min_ping_interval_without_data_ms", ms(s.min_client_ping_interval_s)),
         ("grpc.http2.max_ping_strikes", 2),
+        ("grpc.max_allowed_incoming_connections", s.max_connections),
+        ("grpc.server_handshake_timeout_ms", ms(s.handshake_timeout_s)),
     ]
     if s.max_connection_idle_s:
         options.append(("grpc.max_connection_idle_ms", ms(s.max_connection_idle_s)))
     if s.max_connection_age_s:
         options.append(("grpc.max_connection_age_ms", ms(s.max_connection_age_s)))
         options.append(("grpc.max_connection_age_grace_ms", ms(s.connection_age_grace_s)))
+    return options
+
+
+def health_options(s: Settings) -> list[tuple[str, Any]]:
+    """The plaintext health port's options: its own connection cap, short handshakes and idle
+    connections closed, so neither silent connections nor the gRPC port's load lock probes out."""
+    options: list[tuple[str, Any]] = [
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_allowed_incoming_connections", s.max_connections),
+        ("grpc.server_handshake_timeout_ms", int(s.handshake_timeout_s * 1000)),
+        ("grpc.max_concurrent_streams", s.max_streams_per_connection),
+    ]
+    if s.max_connection_idle_s:
+        options.append(("grpc.max_connection_idle_ms", int(s.max_connection_idle_s * 1000)))
     return options
 
 
@@ -206,7 +224,7 @@ class PlannerServer:
         if port == 0:
             raise OSError(f"cannot listen on {address}")
         if s.health_port is not None:  # health alone, plaintext: for probes without TLS
-            self.health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            self.health_server = grpc.aio.server(options=health_options(s))
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
             where = f"{s.host}:{s.health_port}"
             self.health_port = self.health_server.add_insecure_port(where)
@@ -278,6 +296,9 @@ def serve(settings: Settings, ready: threading.Event | None = None) -> int:
     """Serve until SIGTERM or SIGINT, then drain: NOT_SERVING, no new calls, grace, exit 0.
     SIGHUP reloads the TLS certificates and the tokens."""
     server, port = create_server(settings)
+    # A thread converting a large request holds the GIL; the event loop asks for it back after
+    # this long (CPython's default is 5 ms: health checks then waited tens of ms behind it).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     frozen = freeze_startup_heap()  # shorter full GC passes: the event loop stalls less
     keep_freed_heap()  # solves on this process's threads (--solver-processes 0) reuse the heap
     log.debug("%d start-up objects frozen out of the garbage collector's passes", frozen)

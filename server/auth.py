@@ -3,8 +3,8 @@
 The token file holds one token per line (blank lines and `#` comments ignored); it is read again
 when it changes and on SIGHUP, so tokens rotate without a restart. Tokens are compared in
 constant time (hmac.compare_digest over SHA-256 digests, against every token, no early exit).
-A caller is known by its token's digest ("token:1a2b3c4d"), else by its peer address: the unit
-of the per-caller limits.
+A caller is known by its verified token's digest ("token:1a2b3c4d"), else (no authentication)
+by its peer address: the unit of the per-caller limits.
 """
 
 from __future__ import annotations
@@ -37,9 +37,12 @@ def bearer(metadata: Any) -> str | None:
     return None
 
 
-def caller_of(metadata: Any, peer: str) -> str:
-    """The caller's identity for fair use: its token's digest, else its address."""
-    token = bearer(metadata)
+def caller_of(metadata: Any, peer: str, verified: bool) -> str:
+    """The caller's identity for fair use: its token's digest when tokens are checked
+    (`verified`: the interceptor let only a valid one through), else its address. Without
+    authentication a token is whatever the caller makes up, so it names nobody: a caller
+    sending a new one each call would otherwise be a new caller each call."""
+    token = bearer(metadata) if verified else None
     if token:
         return "token:" + hashlib.sha256(token.encode()).hexdigest()[:8]
     return peer_address(peer)

@@ -80,8 +80,28 @@ def _bad_settings(err: ValidationError) -> str:
     return "; ".join(lines)
 
 
+def _bad_files(settings: Settings) -> str:
+    """Why the token file or the certificates cannot be used ('' when they can): bad settings,
+    found before the server starts."""
+    from meshplan.server.auth import read_tokens
+    from meshplan.server.tls import CertificateFiles
+
+    try:
+        if settings.auth_token_file:
+            read_tokens(settings.auth_token_file)
+    except (OSError, ValueError) as err:
+        return f"--auth-token-file: {err}"
+    try:
+        if settings.tls_cert and settings.tls_key:
+            CertificateFiles(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+    except (OSError, ValueError) as err:
+        return f"--tls-cert/--tls-key/--tls-client-ca: {err}"
+    return ""
+
+
 def run_serve(args: argparse.Namespace) -> int:
-    """Run the server until SIGTERM; 0 on a clean drain, 2 on bad settings, 1 if it cannot start."""
+    """Run the server until SIGTERM; 0 on a clean drain, 2 on bad settings (a bad token file or
+    certificate included), 1 if it cannot start (a port in use)."""
     try:
         settings = settings_from_args(args)
     except ValidationError as err:
@@ -93,6 +113,10 @@ def run_serve(args: argparse.Namespace) -> int:
         setup_logging(settings.log_level, settings.log_format)
     except ValueError as err:
         print(f"meshplan serve: bad settings: --log-level: {err}", file=sys.stderr)
+        return 2
+    bad = _bad_files(settings)
+    if bad:
+        print(f"meshplan serve: bad settings: {bad}", file=sys.stderr)
         return 2
     from meshplan.server.app import serve
 

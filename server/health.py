@@ -1,6 +1,7 @@
 """grpc.health.v1.Health and server reflection, on the event loop, with their streams bounded.
 
-Health answers from memory, never waits for a solver, and is open to every caller (probes).
+Health answers from memory, never waits for a solver, and is open to every caller (probes):
+Watch streams are bounded in all and per peer address, so no one peer locks the others out.
 While the server drains, Check answers NOT_SERVING and each Watch stream is sent NOT_SERVING
 and then closed, so no open stream holds the shutdown. Reflection streams are bounded in number
 and closed when idle.
@@ -9,12 +10,15 @@ and closed when idle.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha._async import ReflectionServicer
+
+from meshplan.server.limits import peer_address
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -27,7 +31,9 @@ class Health(health_pb2_grpc.HealthServicer):
     def __init__(self, services: list[str], max_watchers: int) -> None:
         self.statuses = {name: SERVING for name in ["", *services]}
         self.max_watchers = max_watchers
+        self.per_peer = max(1, max_watchers // 4)  # anyone may watch: no one peer holds all
         self.watchers = 0
+        self.by_peer: Counter[str] = Counter()
         self.draining = False
         self._changed = asyncio.Event()
 
@@ -49,12 +55,20 @@ class Health(health_pb2_grpc.HealthServicer):
     async def Watch(  # noqa: N802
         self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[health_pb2.HealthCheckResponse]:
+        peer = peer_address(context.peer())
         if self.watchers >= self.max_watchers:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"{self.watchers} health watches open, the most this server keeps; use Check",
             )
+        if self.by_peer[peer] >= self.per_peer:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{self.by_peer[peer]} health watches open from {peer}, the most one peer may "
+                "hold; use Check",
+            )
         self.watchers += 1
+        self.by_peer[peer] += 1
         try:
             last = None
             while True:
@@ -68,6 +82,9 @@ class Health(health_pb2_grpc.HealthServicer):
                 await changed.wait()
         finally:
             self.watchers -= 1
+            self.by_peer[peer] -= 1
+            if self.by_peer[peer] <= 0:
+                del self.by_peer[peer]
 
     def set(self, service: str, status: Any) -> None:
         """Set a service's status (ignored once draining); wakes the Watch streams."""

@@ -1,8 +1,9 @@
 """Admission, fair solver slots and what one call carries (id, caller, deadline, stop event).
 
-Every Planner call takes an admission ticket (tickets = solver slots + queue, and at most
-`max_calls_per_caller` per caller); a call that finds none fails at once with
-RESOURCE_EXHAUSTED, so nothing queues without bound. Every solve then takes a solver slot from
+Every Planner call takes an admission ticket (tickets = solver slots + queue); a call that finds
+none waits in its caller's queue, served in turns across callers and bounded by its deadline,
+with at most `max_calls_per_caller` per caller and `max_waiting_calls` waiting in all (beyond:
+RESOURCE_EXHAUSTED at once), so nothing queues without bound. Every solve then takes a solver slot from
 `FairSlots`: first come, first served, except that a caller at its share of running solves
 waits while another caller's solve goes first. Everything here runs on the server's event loop.
 """
@@ -16,8 +17,8 @@ import re
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,27 +85,53 @@ def peer_address(peer: str) -> str:
 
 
 class Admission:
-    """Tickets for calls in progress: `total` in all, `per_caller` for any one caller, and at
-    most `batch_per_caller` batch requests pending for one caller."""
+    """Tickets for calls in progress: `total` in all. A call that finds none waits in its
+    caller's queue, bounded by its deadline; when a ticket frees it goes to the waiting caller
+    with the fewest calls in progress, then the one served longest ago (turns, not arrival
+    order), so a caller that sends many calls, or retries fast, gets no more than its turn.
+    Refused at once with RESOURCE_EXHAUSTED: a caller's call past `per_caller` (in progress
+    and waiting), past `batch_per_caller` batch requests pending, or past `max_waiting` calls
+    waiting in all. A batch larger than a caller may ever have pending is INVALID_ARGUMENT."""
 
-    def __init__(self, total: int, per_caller: int, batch_per_caller: int) -> None:
+    def __init__(
+        self, total: int, per_caller: int, batch_per_caller: int, max_waiting: int = 0
+    ) -> None:
         self.total, self.per_caller, self.batch_per_caller = total, per_caller, batch_per_caller
+        self.max_waiting = max_waiting
         self.calls: Counter[str] = Counter()
         self.batch: Counter[str] = Counter()
+        self.waiting: dict[str, deque[asyncio.Future[None]]] = {}
+        self.last_served: dict[str, int] = {}
+        self._seq = itertools.count()
 
     @property
     def in_progress(self) -> int:
         """Calls admitted and not yet finished."""
         return sum(self.calls.values())
 
-    @contextmanager
-    def admit(self, caller: str, batch_requests: int = 0) -> Iterator[None]:
-        """Hold a ticket (and room for `batch_requests`) for a call, or raise RESOURCE_EXHAUSTED."""
-        if self.in_progress >= self.total:
-            raise busy(f"server busy: {self.in_progress} calls in progress")
-        if self.calls[caller] >= self.per_caller:
+    @property
+    def queued(self) -> int:
+        """Calls waiting for a ticket."""
+        return sum(len(q) for q in self.waiting.values())
+
+    @asynccontextmanager
+    async def admit(
+        self, caller: str, batch_requests: int = 0, deadline: float | None = None
+    ) -> AsyncIterator[None]:
+        """Hold a ticket (and room for `batch_requests`) for a call, waiting for one in turn
+        until `deadline` (time.monotonic(); DEADLINE_EXCEEDED), or raise RESOURCE_EXHAUSTED."""
+        if batch_requests > self.batch_per_caller:
+            raise RpcFailure(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"requests: {batch_requests} requests, more than the {self.batch_per_caller} "
+                "one caller may have pending",
+                [Violation("requests", f"holds {batch_requests} requests, more than the "
+                           f"{self.batch_per_caller} one caller may have pending; split it")],
+            )  # fmt: skip
+        held = self.calls[caller] + len(self.waiting.get(caller, ()))
+        if held >= self.per_caller:
             raise busy(
-                f"caller {caller} has {self.calls[caller]} calls in progress, the most one "
+                f"caller {caller} has {held} calls in progress or waiting, the most one "
                 f"caller may have"
             )
         if batch_requests and self.batch[caller] + batch_requests > self.batch_per_caller:
@@ -112,15 +139,85 @@ class Admission:
                 f"caller {caller} has {self.batch[caller]} batch requests pending; "
                 f"{batch_requests} more would pass the cap of {self.batch_per_caller} per caller"
             )
-        self.calls[caller] += 1
         self.batch[caller] += batch_requests
         try:
-            yield
+            if self.in_progress < self.total and not self.waiting:
+                self._grant(caller)
+            else:
+                await self._wait(caller, deadline)
+            try:
+                yield
+            finally:
+                self._release(caller)
         finally:
-            self.calls[caller] -= 1
             self.batch[caller] -= batch_requests
-            self.calls += Counter()  # drop callers at zero
-            self.batch += Counter()
+            self.batch += Counter()  # drop callers at zero
+
+    async def _wait(self, caller: str, deadline: float | None) -> None:
+        if self.queued >= self.max_waiting:
+            raise busy(
+                f"server busy: {self.in_progress} calls in progress and {self.queued} waiting"
+            )
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiting.setdefault(caller, deque()).append(future)
+        self._dispatch()  # a ticket may be free (the queue was only others' turns)
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        try:
+            async with asyncio.timeout(left):
+                await future
+        except BaseException as err:
+            if future.done() and not future.cancelled() and future.exception() is None:
+                self._release(caller)  # granted just as the wait ended: hand it on
+            else:
+                future.cancel()
+                self._forget(caller, future)
+            if isinstance(err, TimeoutError):
+                raise RpcFailure(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"the call's deadline passed while it waited its turn ({self.in_progress} "
+                    f"calls in progress, {self.queued} waiting)",
+                ) from None
+            raise
+
+    def refuse_waiting(self, failure: RpcFailure) -> None:
+        """End every wait with `failure` (the server drains: no call waits for its turn)."""
+        for queue in self.waiting.values():
+            for future in queue:
+                if not future.done():
+                    future.set_exception(failure)
+        self.waiting.clear()
+
+    def _grant(self, caller: str) -> None:
+        self.calls[caller] += 1
+        self.last_served[caller] = next(self._seq)
+
+    def _release(self, caller: str) -> None:
+        self.calls[caller] -= 1
+        if self.calls[caller] <= 0:
+            del self.calls[caller]
+        self._dispatch()
+        self.last_served = {
+            c: s for c, s in self.last_served.items() if c in self.calls or c in self.waiting
+        }
+
+    def _forget(self, caller: str, future: asyncio.Future[None]) -> None:
+        queue = self.waiting.get(caller)
+        if queue is not None and future in queue:
+            queue.remove(future)
+            if not queue:
+                del self.waiting[caller]
+
+    def _dispatch(self) -> None:
+        """Hand free tickets to waiting callers in turns."""
+        while self.in_progress < self.total and self.waiting:
+            caller = min(self.waiting, key=lambda c: (self.calls[c], self.last_served.get(c, -1)))
+            future = self.waiting[caller].popleft()
+            if not self.waiting[caller]:
+                del self.waiting[caller]
+            if future.done():  # its wait already ended
+                continue
+            self._grant(caller)
+            future.set_result(None)
 
 
 @dataclass(order=True)

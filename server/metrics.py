@@ -6,9 +6,11 @@ conventions (https://prometheus.io/docs/practices/naming/): base units, `_total`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import psutil
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -17,6 +19,8 @@ from prometheus_client import (
     ProcessCollector,
     start_http_server,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 # Seconds: health checks and catalog calls (ms) up to long solves and batches (minutes).
 _BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
@@ -28,6 +32,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, RSS, open fds
+        self.registry.register(TreeCollector())  # the server and its solver processes
         r = self.registry
         self.calls = Counter(
             "meshplan_calls",
@@ -71,6 +76,11 @@ class Metrics:
         self.calls_in_progress = Gauge(
             "meshplan_calls_in_progress", "Planner calls admitted and not yet answered.", registry=r
         )
+        self.calls_waiting = Gauge(
+            "meshplan_calls_waiting",
+            "Planner calls waiting their turn for admission.",
+            registry=r,
+        )
         self._children: dict[tuple[object, ...], Any] = {}
 
     def child(self, metric: Any, *labels: str) -> Any:
@@ -94,3 +104,47 @@ def serve_metrics(metrics: Metrics, host: str, port: int) -> tuple[int, Callable
         thread.join(5)
 
     return server.server_port, close
+
+
+class TreeCollector(Collector):
+    """The server process and every process under it (the solver workers): their resident
+    memory, CPU time and count, read with psutil at each scrape. What a container's memory
+    limit counts is the tree, not the server process alone (process_resident_memory_bytes)."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        self.root = psutil.Process(pid or os.getpid())
+
+    def _tree(self) -> list[psutil.Process]:
+        try:
+            return [self.root, *self.root.children(recursive=True)]
+        except psutil.Error:
+            return [self.root]
+
+    def collect(self) -> Iterator[Any]:
+        rss = cpu = 0.0
+        count = 0
+        for proc in self._tree():
+            try:
+                with proc.oneshot():
+                    rss += proc.memory_info().rss
+                    times = proc.cpu_times()
+                    cpu += times.user + times.system
+                count += 1
+            except psutil.Error:  # ended between the listing and the read
+                continue
+        yield GaugeMetricFamily(
+            "meshplan_tree_resident_memory_bytes",
+            "Resident memory of the server process and its solver processes, summed (bytes).",
+            value=rss,
+        )
+        yield CounterMetricFamily(
+            "meshplan_tree_cpu_seconds",
+            "CPU time (user + system) of the server process and its living solver processes "
+            "(seconds; a replaced process's time leaves the sum).",
+            value=cpu,
+        )
+        yield GaugeMetricFamily(
+            "meshplan_tree_processes",
+            "The server process and its solver processes (count).",
+            value=count,
+        )

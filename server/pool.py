@@ -372,6 +372,13 @@ class _Courier:
         if self.current is not task:
             return
         if self.proc is not None:
+            log.warning(
+                "solver process %d (pid %s) did not stop within %g s of being asked to "
+                "(stopped, or stuck in native code); killing and replacing it",
+                self.index,
+                self.proc.pid,
+                self.runner.kill_after_s,
+            )
             self.proc.kill()
         task.forget_stop()
         self._unwatch()

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from meshplan.convert import FieldValueError, from_proto
 from meshplan.server.limits import RpcFailure
-from meshplan.server.validate import Violation, echo, from_validation_error, shorten
+from meshplan.server.validate import Violation, echo, from_validation_error, model_type, shorten
 
 D = TypeVar("D", bound=BaseModel)
 
@@ -119,3 +119,46 @@ def parse(message: Any, model_cls: type[D], prefix: str = "") -> D:
         violations = from_validation_error(err, prefix)
         summary = "; ".join(f"{v.field}: {v.description}" for v in violations)
         raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, summary, violations) from None
+
+
+PARSE_CHUNK = 256  # items of a long repeated field converted between two checks of the call
+
+
+def parse_in_steps(
+    message: Any, model_cls: type[D], check: Callable[[], None], prefix: str = ""
+) -> D:
+    """parse(), with each long repeated message field (a query's observations) converted and
+    validated PARSE_CHUNK items at a time and `check()` called between two (it raises once the
+    call has ended), so a request of 1 MiB stops within ~20 ms of its call's end rather than
+    after the second or so its whole conversion takes. The same answers and field paths as
+    parse()."""
+    long = [
+        fd
+        for fd, value in message.ListFields()
+        if fd.is_repeated and fd.message_type is not None and len(value) > PARSE_CHUNK
+    ]
+    if not long:
+        return parse(message, model_cls, prefix)
+    head = type(message)()
+    head.CopyFrom(message)
+    for fd in long:
+        head.ClearField(fd.name)
+    request = parse(head, model_cls, prefix)
+    updates: dict[str, list[Any]] = {}
+    for fd in long:
+        info = model_cls.model_fields[fd.name]
+        item_cls = model_type(info.annotation)
+        assert item_cls is not None, fd.name  # a repeated message is a list of a model
+        path = f"{prefix}.{fd.name}" if prefix else fd.name
+        values = getattr(message, fd.name)
+        cap = next((m.max_length for m in info.metadata if hasattr(m, "max_length")), None)
+        if cap is not None and len(values) > cap:
+            bad(path, f"holds {len(values):,} items, more than the {cap:,} allowed")
+        items = []
+        for i, value in enumerate(values):
+            if i % PARSE_CHUNK == 0:
+                check()
+            items.append(parse(value, item_cls, f"{path}[{i}]"))
+        updates[fd.name] = items
+    check()
+    return request.model_copy(update=updates)

@@ -13,8 +13,8 @@ import asyncio
 import logging
 import time
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import grpc
@@ -31,18 +31,20 @@ from meshplan.server.limits import (
 )
 from meshplan.server.logs import FIELDS
 from meshplan.server.metrics import Metrics
-from meshplan.server.pool import Recalled, WorkerLost
 from meshplan.server.settings import Settings
+from meshplan.server.solves import Solve, Solves
 from meshplan.server.validate import bad_request_status, shorten
 
 log = logging.getLogger("meshplan.server")
 T = TypeVar("T")
+BATCH_CLOSE_S = 1.0
+REFUSED_LINES_PER_S = 10  # log lines a second for calls refused for their token  # the end of a drain's grace kept for batches to answer their other items
 
 Body = Callable[[Any, CallState], Awaitable[Any]]
 StreamBody = Callable[[Any, CallState], AsyncIterator[Any]]
 
 
-class Runtime:
+class Runtime(Solves):
     """Shared by the servicers of one server; lives on the server's event loop."""
 
     def __init__(
@@ -55,11 +57,14 @@ class Runtime:
             total=settings.max_concurrent_solves + settings.max_queued_solves,
             per_caller=settings.max_calls_per_caller,
             batch_per_caller=settings.max_batch_requests_per_caller,
+            max_waiting=settings.max_waiting_calls,
         )
         self.slots = FairSlots(settings.max_concurrent_solves, settings.solves_per_caller)
         self.slots.on_wait = self._recall
         self._behind: set[Solve] = set()  # queued behind a running solve, not yet started
+        self._refused_window, self._refused_lines, self._refused_unlogged = 0.0, 0, 0
         self.draining = False
+        self.on_close: set[Callable[[], None]] = set()  # called when the grace nearly ends
         self.idle = asyncio.Event()  # set whenever no admitted call is in progress
         self.idle.set()
 
@@ -68,19 +73,31 @@ class Runtime:
     def open_call(self, method: str, context: grpc.aio.ServicerContext) -> CallState:
         """The call's id (echoed in the trailers), caller, deadline (capped) and stop event."""
         metadata = context.invocation_metadata()
-        remaining = context.time_remaining()
-        limit = self.settings.max_deadline_s
-        call = CallState(
-            method=method,
-            request_id=request_id(metadata),
-            caller=caller_of(metadata, context.peer()),
-            deadline=time.monotonic() + (limit if remaining is None else min(remaining, limit)),
+        call = self.new_call(
+            method,
+            caller_of(metadata, context.peer(), self.settings.auth_token_file is not None),
+            context.time_remaining(),
+            request_id(metadata),
         )
         context.add_done_callback(lambda _: call.stop.set())  # cancelled, or ended
         # Trailing, not initial, metadata: response headers would commit the call and stop the
         # client's retry policy from moving it to another replica if this one dies mid-solve.
         context.set_trailing_metadata(((REQUEST_ID_KEY, call.request_id),))
         return call
+
+    def new_call(
+        self, method: str, caller: str, remaining_s: float | None, request_id: str
+    ) -> CallState:
+        """A call's state from any front end (gRPC: `open_call`; JSON over HTTP): its caller
+        (a verified token's `auth.caller_of`, else the peer address), its deadline capped by
+        max_deadline_s (None: the cap), and its id."""
+        limit = self.settings.max_deadline_s
+        return CallState(
+            method=method,
+            request_id=request_id,
+            caller=caller,
+            deadline=time.monotonic() + (limit if remaining_s is None else min(remaining_s, limit)),
+        )
 
     def close_call(
         self,
@@ -126,10 +143,22 @@ class Runtime:
         )
 
     def refused(self, method: str, peer: str) -> None:
-        """Log and count a call refused before it was parsed (no valid token)."""
+        """Count a call refused before it was parsed (no valid token), and log it: at most
+        REFUSED_LINES_PER_S lines a second, the next line saying how many went unlogged (a
+        caller looping on made-up tokens must not turn the event loop into a log writer)."""
         name = method.rsplit("/", 1)[-1]
-        self.metrics.calls.labels(name, "UNAUTHENTICATED").inc()
+        self.metrics.child(self.metrics.calls, name, "UNAUTHENTICATED").inc()
+        now = time.monotonic()
+        if now - self._refused_window >= 1.0:
+            self._refused_window, self._refused_lines = now, 0
+        if self._refused_lines >= REFUSED_LINES_PER_S:
+            self._refused_unlogged += 1
+            return
+        self._refused_lines += 1
         fields = {"method": name, "status": "UNAUTHENTICATED", "peer": peer}
+        if self._refused_unlogged:
+            fields["unlogged_before"] = self._refused_unlogged
+            self._refused_unlogged = 0
         log.info("method=%s status=UNAUTHENTICATED", name, extra={FIELDS: fields})
 
     async def unary(
@@ -144,30 +173,49 @@ class Runtime:
     ) -> Any:
         """Run `body(request, call)` for a unary call under every limit; failures -> status."""
         call = self.open_call(method, context)
+        answer, failure = await self.run(
+            call, request, body, admit=admit, batch_requests=batch_requests
+        )
+        if failure is None:
+            return answer
+        await self.abort(context, call, failure)
+
+    async def run(
+        self,
+        call: CallState,
+        request: Any,
+        body: Body,
+        *,
+        admit: bool = True,
+        batch_requests: int = 0,
+    ) -> tuple[Any, RpcFailure | None]:
+        """`body(request, call)` under every limit, whatever the front end: draining, the
+        caller's turn for admission, the deadline; then the call's log line and metrics.
+        (answer, None), or (None, the failure to send: any exception mapped to a status)."""
         status, error, failure = "OK", None, None
         try:
-            with ExitStack() as held:
-                if admit:
-                    held.enter_context(self._admitted(call, batch_requests))
-                elif self.draining:  # a call that needs no ticket is still a new call
-                    raise _shutting_down()
-                # answered just before the caller gives up, so both see DEADLINE_EXCEEDED
-                margin = self.settings.deadline_margin_s
-                async with asyncio.timeout(max(call.remaining() - margin, 0)):
-                    return await body(request, call)
+            if not admit and self.draining:  # a call that needs no ticket is still a new call
+                raise _shutting_down()
+            # answered just before the caller gives up, so both see DEADLINE_EXCEEDED
+            margin = self.settings.deadline_margin_s
+            async with asyncio.timeout(max(call.remaining() - margin, 0)):
+                if not admit:
+                    return await body(request, call), None
+                async with self._admitted(call, batch_requests):
+                    return await body(request, call), None
         except RpcFailure as err:
             failure = err
         except TimeoutError:
             failure = RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed")
         except asyncio.CancelledError:
-            status = "CANCELLED"
+            status = _ended(call, self.settings.deadline_margin_s)
             raise
         except Exception as err:  # a bug: INTERNAL, logged in one line, no text to the caller
             error = err
             failure = internal(call)
         finally:
             self.close_call(call, status, error, failure)
-        await self.abort(context, call, failure)
+        return None, failure
 
     async def stream(
         self,
@@ -183,13 +231,13 @@ class Runtime:
         call = self.open_call(method, context)
         status, error, failure = "OK", None, None
         try:
-            with self._admitted(call, batch_requests(request)):
+            async with self._admitted(call, batch_requests(request)):
                 async for item in body(request, call):
                     yield item
         except RpcFailure as err:
             failure = err
         except (asyncio.CancelledError, GeneratorExit):
-            status = "CANCELLED"
+            status = _ended(call, self.settings.deadline_margin_s)
             raise
         except Exception as err:
             error = err
@@ -198,19 +246,24 @@ class Runtime:
             self.close_call(call, status, error, failure)
         await self.abort(context, call, failure)
 
-    @contextmanager
-    def _admitted(self, call: CallState, batch_requests: int) -> Iterator[None]:
-        """Hold an admission ticket (UNAVAILABLE while draining, RESOURCE_EXHAUSTED if full)."""
+    @asynccontextmanager
+    async def _admitted(self, call: CallState, batch_requests: int) -> AsyncIterator[None]:
+        """Hold an admission ticket, waiting for one in the caller's turn until the call's
+        deadline less the margin (UNAVAILABLE while draining, RESOURCE_EXHAUSTED past a cap)."""
         if self.draining:
             raise _shutting_down()
+        m, admission = self.metrics, self.admission
+        deadline = call.deadline - self.settings.deadline_margin_s
         try:
-            with self.admission.admit(call.caller, batch_requests):
+            async with admission.admit(call.caller, batch_requests, deadline):
                 self.idle.clear()
-                self.metrics.calls_in_progress.set(self.admission.in_progress)
+                m.calls_in_progress.set(admission.in_progress)
+                m.calls_waiting.set(admission.queued)
                 yield
         finally:
-            self.metrics.calls_in_progress.set(self.admission.in_progress)
-            if self.admission.in_progress == 0:
+            m.calls_in_progress.set(admission.in_progress)
+            m.calls_waiting.set(admission.queued)
+            if admission.in_progress == 0:
                 self.idle.set()
 
     async def abort(
@@ -228,144 +281,32 @@ class Runtime:
             )
         await context.abort(failure.code, message, request)
 
-    # --- solves -----------------------------------------------------------------------------
-
-    async def solve(self, call: CallState, method: str, fn: Callable[..., T], *args: Any) -> T:
-        """fn(*args) on a solver slot, after the call's fair turn. If the call ends first
-        (cancelled, or its deadline), its stop event is set and it ends at once; the slot is
-        handed on when the solve has really returned."""
-        return await self.outcome(call, await self.begin(call, method, fn, *args))
-
-    async def begin(
-        self, call: CallState, method: str, fn: Callable[..., Any], *args: Any
-    ) -> Solve:
-        """Start fn(*args) on a solver slot once it is the call's fair turn."""
-        if call.stop.is_set():  # the call ended while this solve waited to be asked for
-            raise RpcFailure(grpc.StatusCode.CANCELLED, "the call ended before the solve began")
-        m = self.metrics
-        m.solves_queued.inc()
-        try:
-            await self.slots.acquire(call.caller)
-        finally:
-            m.solves_queued.dec()
-        solve = Solve(call, method, fn, args, holds_slot=True)
-        try:
-            solve.future = self.runner.start(fn, *args, stop=call.stop)
-        except BaseException:
-            self.slots.release(call.caller)
-            raise
-        self._watch(solve)
-        return solve
-
-    def begin_behind(
-        self, ahead: Solve, call: CallState, method: str, fn: Callable[..., Any], *args: Any
-    ) -> Solve | None:
-        """Queue fn(*args) behind `ahead` (the same call's, on its worker) so that the worker
-        starts it the moment `ahead` ends, and `ahead`'s slot passes to it; None when the
-        runner cannot, or another solve waits for a slot (its turn comes first). If a solve
-        starts waiting later, the queued one is asked back (and takes its turn again)."""
-        if not self.can_queue_behind(ahead):
-            return None
-        future = self.runner.start_behind(ahead.future, fn, *args, stop=call.stop)
-        if future is None:
-            return None
-        solve = Solve(call, method, fn, args, holds_slot=False, future=future)
-        ahead.next = solve
-        self._behind.add(solve)
-        self._watch(solve)
-        return solve
-
-    def can_queue_behind(self, ahead: Solve) -> bool:
-        """Whether `begin_behind(ahead, ...)` would queue a solve now."""
-        return (
-            ahead.next is None
-            and not self.slots.queued
-            and not ahead.call.stop.is_set()
-            and self.runner.running(ahead.future)
-        )
-
-    async def outcome(self, call: CallState, solve: Solve) -> Any:
-        """The result of a started solve (one asked back before it ran is started again)."""
-        while True:
-            try:
-                return await asyncio.shield(solve.future)
-            except Recalled:
-                solve = await self.begin(call, solve.method, solve.fn, *solve.args)
-                continue
-            except WorkerLost as err:  # the pool replaced the process: say so, plainly
-                raise RpcFailure(grpc.StatusCode.INTERNAL, f"{err}; retry the call") from err
-            except asyncio.CancelledError:
-                call.stop.set()  # the solver polls it (and tells CP-SAT to stop)
-                raise
-            finally:
-                if solve.holds_slot:  # it ran (a recalled one did not)
-                    call.solve_s += time.monotonic() - solve.started
-
-    def _watch(self, solve: Solve) -> None:
-        if solve.holds_slot:  # in flight: on a slot (one queued behind joins when it starts)
-            self.metrics.solves_in_flight.inc()
-        solve.future.add_done_callback(_retrieve)  # its outcome may be moot (call ended)
-        solve.future.add_done_callback(lambda _: self._finished(solve))
-
-    def _finished(self, solve: Solve) -> None:
-        """A solve has returned: its slot passes to the one queued behind it on its worker if
-        that one now runs, else back to the fair slots."""
-        m = self.metrics
-        if solve.future.cancelled() or not isinstance(solve.future.exception(), Recalled):
-            m.child(m.solve_seconds, solve.method).observe(time.monotonic() - solve.started)
-        self._behind.discard(solve)
-        following = solve.next
-        if not solve.holds_slot:
-            return
-        m.solves_in_flight.dec()
-        if following is not None and self.runner.running(following.future):
-            following.holds_slot = True
-            following.started = time.monotonic()
-            m.solves_in_flight.inc()
-            self._behind.discard(following)
-        else:
-            self.slots.release(solve.call.caller)
-
-    def _recall(self, caller: str) -> None:
-        """A solve of `caller` waits for a slot: the solves queued behind running ones are
-        asked back (and wait their turn too), so it waits for at most the solves running now."""
-        for solve in list(self._behind):
-            if self.runner.recall(solve.future):
-                self._behind.discard(solve)
-
     async def drain(self, grace_s: float) -> bool:
-        """Refuse new calls; wait up to `grace_s` for the admitted ones. True if all finished."""
+        """Refuse new calls; wait up to `grace_s` for the admitted ones. True if all finished.
+        A batch still streaming near the end of the grace answers each item it has not
+        answered with a per-item UNAVAILABLE (`on_close`), then ends, before the server stops."""
         self.draining = True
+        self.admission.refuse_waiting(_shutting_down())  # to another replica, at once
+        close_s = min(BATCH_CLOSE_S, grace_s / 4)
         try:
-            await asyncio.wait_for(self.idle.wait(), grace_s)
+            await asyncio.wait_for(self.idle.wait(), grace_s - close_s)
+            return True
+        except TimeoutError:
+            pass
+        for callback in list(self.on_close):
+            callback()
+        try:
+            await asyncio.wait_for(self.idle.wait(), close_s)
         except TimeoutError:
             return False
         return True
 
 
-class Solve:
-    """One solve handed to the runner, and the solver slot it holds (or will)."""
-
-    def __init__(
-        self,
-        call: CallState,
-        method: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        *,
-        holds_slot: bool,
-        future: asyncio.Future[Any] | None = None,
-    ) -> None:
-        self.call, self.method, self.fn, self.args = call, method, fn, args
-        self.holds_slot = holds_slot  # False: queued behind another solve, or asked back
-        self.future: asyncio.Future[Any] = future  # type: ignore[assignment]
-        self.started = time.monotonic()
-        self.next: Solve | None = None  # queued behind this one on its worker
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()  # marked retrieved: no "exception was never retrieved" warning
+def _ended(call: CallState, margin_s: float) -> str:
+    """The status of a call that gRPC cancelled: DEADLINE_EXCEEDED once its deadline is within
+    the margin the server answers by (the client's deadline came before the server's answer,
+    which a loaded server sends late), else CANCELLED."""
+    return "DEADLINE_EXCEEDED" if call.remaining() <= margin_s else "CANCELLED"
 
 
 def _shutting_down() -> RpcFailure:

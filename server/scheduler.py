@@ -1,22 +1,26 @@
 """The scheduler RPCs of meshplan.v1.Planner: ScalingCurve, Replan, SmallestAllocation and
 TrainingFront, registered next to PlannerServicer in server.app.SERVICES.
 
-Each goes through the shared Runtime like a plan: an admission ticket (the per-caller limits),
-the call's capped deadline, the log line and the metrics. The query itself (checks, the
-observations' fit, envelopes, answers) runs on a thread of the server; its cells run in turns
-of a few cells (TURN_CELLS, TURN_CPU_S), each turn a solve (`Runtime.solve`: a fair turn on a
-solver slot, in a worker process when the pool has them), so a curve's cells spread over the
-pool and another caller waits for at most one cell and TURN_CPU_S. All run under a `Budget`
-made of the call's stop event (set on cancel or deadline) and its deadline less the time kept
-back to send the answer. Answers are memoised by cache key as response messages (the same
-request gives the same bytes); the curves that SmallestAllocation and TrainingFront walk are
-memoised too.
+Each goes through the shared Runtime like a plan: an admission ticket in the caller's turn, the
+call's capped deadline, the log line and the metrics. Nothing of the request is converted on
+the event loop: a request past LARGE_REQUEST_BYTES is parsed, checked and its observations
+fitted on a solver slot (server.queries: in a worker process, so the server process never holds
+the GIL for it), a smaller one on the query thread, one at a time. The query itself (checks,
+envelopes, answers) runs on a thread of the server; its cells run in turns of a few cells
+(TURN_CELLS, TURN_CPU_S), each turn a solve (`Runtime.solve`: a fair turn on a solver slot, in
+a worker process when the pool has them), so a curve's cells spread over the pool and another
+caller waits for at most one cell and TURN_CPU_S. All run under a `Budget` made of the call's
+stop event (set on cancel or deadline) and its deadline less the time kept back to send the
+answer. Answers are memoised by cache key as their wire bytes (the same request gives the same
+bytes), the curves that SmallestAllocation and TrainingFront walk as objects, both caches
+bounded in bytes (settings answer_cache_bytes, curve_cache_bytes).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,11 +31,11 @@ import grpc
 from google.protobuf.message import Message
 from pydantic import BaseModel
 
-from meshplan.convert import to_proto
 from meshplan.server.limits import CallState, RpcFailure
-from meshplan.server.requests import check_message, parse
+from meshplan.server.queries import Prepared, failure, prepare_query
+from meshplan.server.requests import Malformed, bad
 from meshplan.server.runtime import Runtime
-from meshplan.server.validate import Violation, shorten
+from meshplan.server.work import answer_proto, invalid
 from meshplan.solver.scheduler import (
     AdmitRequest,
     AnswerCache,
@@ -42,23 +46,27 @@ from meshplan.solver.scheduler import (
     QueryStopped,
     ReplanRequest,
     SchedulerInputError,
-    cache_key,
     cost_model_version,
     replan,
     scaling_curve,
     smallest_allocation,
     training_front,
 )
+from meshplan.solver.scheduler.cache import curve_bytes
 from meshplan.solver.scheduler.cells import CellOutcome, CellSolver, CellTask, run_cells
+from meshplan.solver.scheduler.observe import Fit
 from meshplan.v1 import scheduler_pb2
 
-ANSWER_CACHE_ENTRIES = 256  # answers kept (a 256-cell curve is ~100 KB)
 # One turn on a solver slot runs up to TURN_CELLS cells, and starts none after TURN_CPU_S of CPU
 # time: a turn saves the hand-off between two solves (a solver process idle 2.2-7 ms per cell,
 # measured on 2 cores under load, against 12-17 ms of CPU per cell of the benchmark's 70B
 # curve), and another caller still waits for at most one cell and TURN_CPU_S.
 TURN_CELLS = 4
 TURN_CPU_S = 0.05
+
+# Past this size a request is prepared on a solver slot (a 1 MiB one takes ~3 s to convert and
+# fit); below it, on the query thread (a request without observations is far smaller).
+LARGE_REQUEST_BYTES = 64 * 1024
 
 # method -> (request model, response message)
 QUERIES: dict[str, tuple[type[BaseModel], type[Message]]] = {
@@ -75,12 +83,17 @@ class SchedulerServicer:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.settings = runtime.settings
-        self.answers: AnswerCache[Message] = AnswerCache(ANSWER_CACHE_ENTRIES)
-        self.curves: AnswerCache[CurveResult] = AnswerCache(ANSWER_CACHE_ENTRIES)
+        # answers kept as their wire bytes (what they weigh: a 4,096-cell curve ~0.9 MB, ~7x
+        # that as a message), curves as pydantic objects (curve_bytes): both bounded in bytes
+        self.answers: AnswerCache[bytes] = AnswerCache(self.settings.answer_cache_bytes, len)
+        self.curves: AnswerCache[CurveResult] = AnswerCache(
+            self.settings.curve_cache_bytes, curve_bytes
+        )
         # one thread per query in progress at most (its cells run on the solver slots)
         self.queries = ThreadPoolExecutor(
             max_workers=min(64, runtime.admission.total), thread_name_prefix="meshplan-query"
         )
+        self.converting = threading.Lock()
         cost_model_version()  # hashes the core's files once, now, not in a call on the loop
         self.width = self.settings.solves_per_caller  # slots one query's cells may take at once
 
@@ -102,35 +115,72 @@ class SchedulerServicer:
 
     async def _query(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def body(request: Any, call: CallState) -> Message:
-            message = check_message(request, self.settings.max_string_chars)
-            req = parse(message, QUERIES[method][0])
-            key = _answer_key(method, req)
-            if key is not None and (hit := self.answers.get(key)) is not None:
-                return hit
-            loop = asyncio.get_running_loop()
-            answer = await loop.run_in_executor(self.queries, self._run, method, req, call, loop)
-            if key is not None:
-                self.answers.put(key, answer)
-            return answer
+            return await self.answer(method, request, call)
 
         return await self.rt.unary(method, context, request, body)
 
+    async def answer(self, method: str, request: Any, call: CallState) -> Message:
+        """The response message of a scheduler query: its request (a proto message, or
+        Malformed) checked, parsed, looked up and answered on a query thread, never on the
+        event loop (a 1 MiB request takes a second to convert); RpcFailure for what is not an
+        answer. Callable from outside gRPC (the HTTP front end) inside `Runtime.unary`'s body."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.queries, self._run, method, request, call, loop)
+
     def _run(
-        self, method: str, req: Any, call: CallState, loop: asyncio.AbstractEventLoop
+        self, method: str, request: Any, call: CallState, loop: asyncio.AbstractEventLoop
     ) -> Message:
-        """On a query thread: the query under the call's budget (its cells solved through the
-        runtime's slots), and its response message."""
+        """On a query thread: the request prepared (`_prepare`), the answer from the cache or
+        the query under the call's budget (its cells solved through the runtime's slots), and
+        its response message."""
         budget = self._budget(call)
         cells = partial(self._cells, method, call, loop)
+        req = None
         try:
-            result = _answer(method, self._capped(req), budget, self.curves, cells)
-        except SchedulerInputError as err:
-            violation = Violation(err.field, shorten(err.description, 300))
-            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(err), [violation]) from err
-        except QueryStopped as err:
-            code = grpc.StatusCode.CANCELLED if err.cancelled else grpc.StatusCode.DEADLINE_EXCEEDED
-            raise RpcFailure(code, f"{method} stopped: {err}") from err
-        return to_proto(result, QUERIES[method][1])
+            budget.check()
+            prepared = self._prepare(method, request, call, loop, budget)
+            if prepared.key is not None and (hit := self.answers.get(prepared.key)) is not None:
+                return QUERIES[method][1].FromString(hit)
+            req = prepared.request
+            result = _answer(method, self._capped(req), budget, self.curves, cells, prepared.fit)
+            answer = answer_proto(result, QUERIES[method][1], req)
+        except (SchedulerInputError, QueryStopped) as err:
+            raise failure(method, err) from err
+        except (ValueError, KeyError, OverflowError) as err:  # what a cell's plan refused
+            if req is None:
+                raise
+            raise invalid(err, req) from err
+        if prepared.key is not None:
+            self.answers[prepared.key] = answer.SerializeToString()
+        return answer
+
+    def _prepare(
+        self,
+        method: str,
+        request: Any,
+        call: CallState,
+        loop: asyncio.AbstractEventLoop,
+        budget: Budget,
+    ) -> Prepared:
+        """The query parsed, checked, keyed and fitted: a request past LARGE_REQUEST_BYTES on a
+        solver slot (a worker process, when the pool has them: its observations stay there,
+        their fit comes back), a smaller one here, one at a time (each holds the GIL, and the
+        event loop waits behind it)."""
+        if isinstance(request, Malformed):
+            bad("request", request.error)
+        data, chars = request.SerializeToString(), self.settings.max_string_chars
+        if len(data) <= LARGE_REQUEST_BYTES:
+            with self.converting:
+                return prepare_query(method, data, chars, budget.deadline, False, stop=call.stop)
+        solve = self.rt.solve(call, method, prepare_query, method, data, chars, budget.deadline)
+        future = asyncio.run_coroutine_threadsafe(solve, loop)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            budget.check()
+            raise
+        finally:
+            future.cancel()
 
     def _cells(
         self,
@@ -204,18 +254,12 @@ def _answer(
     budget: Budget,
     curves: AnswerCache[CurveResult],
     cells: CellSolver,
+    fit: Fit | None = None,
 ) -> BaseModel:
     if method == "ScalingCurve":
-        return scaling_curve(req, budget, curves, cells)
+        return scaling_curve(req, budget, curves, cells, fit)
     if method == "Replan":
         return replan(req, budget, solver=cells)
     if method == "SmallestAllocation":
-        return smallest_allocation(req, budget, curves=curves, solver=cells)
-    return training_front(req, budget, curves=curves, solver=cells)
-
-
-def _answer_key(method: str, req: Any) -> str | None:
-    """The answer's cache key; None for a deadline against the server's clock (it moves)."""
-    if isinstance(req, AdmitRequest) and req.deadline_unix_s and not req.now_unix_s:
-        return None
-    return f"{method}:{cache_key(method, req)}"
+        return smallest_allocation(req, budget, curves=curves, solver=cells, fit=fit)
+    return training_front(req, budget, curves=curves, solver=cells, fit=fit)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import grpc
@@ -28,6 +29,12 @@ from meshplan.v1 import planner_pb2
 log = logging.getLogger("meshplan.server")
 
 _ITEM_ERROR_FIELDS = 8  # field violations kept per batch item
+_CLOSING = planner_pb2.PlanBatchResponse()  # queued when the server's grace nearly ended
+_UNFINISHED = planner_pb2.ItemError(
+    code="UNAVAILABLE",
+    message="the server is shutting down before this item was answered; send it again "
+    "(another replica answers it)",
+)
 
 
 class PlannerServicer:
@@ -154,6 +161,9 @@ class PlannerServicer:
         # one timer for the call, not one per answer: at the deadline it queues None
         left = max(call.remaining() - self.settings.deadline_margin_s, 0)
         timer = asyncio.get_running_loop().call_later(left, answers.put_nowait, None)
+        close = partial(answers.put_nowait, _CLOSING)  # the server's grace nearly ended
+        self.rt.on_close.add(close)
+        answered: set[int] = set()
         try:
             for done in range(count):
                 answer = answers.get_nowait() if not answers.empty() else await answers.get()
@@ -162,8 +172,16 @@ class PlannerServicer:
                         grpc.StatusCode.DEADLINE_EXCEEDED,
                         f"the call's deadline passed after {done} of {count} answers",
                     )
+                if answer is _CLOSING:  # every item not answered says so, then the stream ends
+                    call.stop.set()
+                    for index in range(count):
+                        if index not in answered:
+                            yield planner_pb2.PlanBatchResponse(index=index, error=_UNFINISHED)
+                    return
+                answered.add(answer.index)
                 yield answer
         finally:
+            self.rt.on_close.discard(close)
             timer.cancel()
             call.stop.set()  # the requests still queued return at once
             for task in workers:

@@ -54,7 +54,8 @@ class Settings(BaseSettings):
     )
     max_queued_solves: int = Field(
         default=32,
-        description="Calls waiting for a solver before RESOURCE_EXHAUSTED (count).",
+        description="Calls admitted beyond the solver slots, waiting inside the server for a "
+        "slot (count); more wait their turn for admission (max_waiting_calls).",
         ge=0,
         le=10_000,
     )
@@ -95,9 +96,17 @@ class Settings(BaseSettings):
     # --- fair use ---------------------------------------------------------------------------
     max_calls_per_caller: int = Field(
         default=16,
-        description="Planner calls one caller (token, else peer address) may have in progress.",
+        description="Planner calls one caller (its verified token, else its peer address) may "
+        "have in progress or waiting (count).",
         ge=1,
         le=10_000,
+    )
+    max_waiting_calls: int = Field(
+        default=128,
+        description="Calls waiting their turn for admission, all callers together, before "
+        "RESOURCE_EXHAUSTED (count; each waits at most until its deadline).",
+        ge=0,
+        le=100_000,
     )
     max_solves_per_caller: int = Field(
         default=0,
@@ -112,6 +121,19 @@ class Settings(BaseSettings):
     max_batch_requests_per_caller: int = Field(
         default=1024,
         description="Cap on the batch requests one caller may have pending at once (count).",
+        ge=1,
+    )
+
+    # --- memory ---------------------------------------------------------------------------
+    answer_cache_bytes: int = Field(
+        default=64 * 2**20,
+        description="Scheduler answers kept for repeated requests, as their wire bytes (bytes).",
+        ge=1,
+    )
+    curve_cache_bytes: int = Field(
+        default=96 * 2**20,
+        description="Scaling curves kept for SmallestAllocation and TrainingFront to walk again "
+        "(bytes; ~4.8 KB a cell in memory).",
         ge=1,
     )
 
@@ -135,7 +157,8 @@ class Settings(BaseSettings):
     )
     max_open_streams: int = Field(
         default=64,
-        description="Open reflection streams, and open health Watch streams, each (count).",
+        description="Open reflection streams, and open health Watch streams, each (count; "
+        "one peer address holds at most a quarter of them).",
         ge=1,
         le=100_000,
     )
@@ -165,8 +188,21 @@ class Settings(BaseSettings):
         description="Shortest interval between a client's keepalive pings (seconds).",
         gt=0,
     )
+    max_connections: int = Field(
+        default=4096,
+        description="Open connections the gRPC port accepts, and as many again the health "
+        "port; more are refused at once, before a file descriptor runs out (count).",
+        ge=1,
+        le=1_000_000,
+    )
+    handshake_timeout_s: float = Field(
+        default=10.0,
+        description="Close a new connection that has not finished its TLS and HTTP/2 "
+        "handshake by then (seconds): silent connections do not pile up.",
+        gt=0,
+    )
     max_connection_idle_s: float = Field(
-        default=900.0,
+        default=120.0,
         description="Close a connection with no call for this long (seconds; 0: never).",
         ge=0,
     )

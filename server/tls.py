@@ -10,11 +10,37 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+import time
 from pathlib import Path
 
 import grpc
 
 log = logging.getLogger("meshplan.server")
+
+
+EXPIRY_WARNING_S = 14 * 86400  # a certificate this close to its end is warned about
+
+
+def warn_if_expiring(path: str, now: float | None = None) -> float | None:
+    """Log a warning when the server certificate (the chain's first) has expired or expires
+    within EXPIRY_WARNING_S; its end as a Unix time, None if it cannot be read. Clients refuse
+    an expired certificate at the handshake, so the server would answer nobody over TLS."""
+    try:
+        # the standard library's own decoder (it reads the file, no validation)
+        end = ssl.cert_time_to_seconds(ssl._ssl._test_decode_cert(path)["notAfter"])  # type: ignore[attr-defined]
+    except (AttributeError, KeyError, OSError, ValueError, ssl.SSLError):
+        return None
+    left = end - (time.time() if now is None else now)
+    if left <= 0:
+        log.warning(
+            "the server certificate %s expired %.1f days ago: clients will refuse TLS "
+            "handshakes; replace it (it is read again on SIGHUP)",
+            path,
+            -left / 86400,
+        )
+    elif left < EXPIRY_WARNING_S:
+        log.warning("the server certificate %s expires in %.1f days", path, left / 86400)
+    return end
 
 
 class CertificateFiles:
@@ -37,6 +63,7 @@ class CertificateFiles:
         # the key must match the certificate: checked here, not at a client's handshake
         ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(self.cert, self.key, password=b"")
         roots = Path(self.client_ca).read_bytes() if self.client_ca else None
+        warn_if_expiring(self.cert)
         return grpc.ssl_server_certificate_configuration([(key, chain)], root_certificates=roots)
 
     def credentials(self) -> grpc.ServerCredentials:

@@ -15,10 +15,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import json_format
+from google.protobuf.message import Message
 
 from meshplan.convert import to_proto
 from meshplan.server.limits import RpcFailure
@@ -28,6 +29,7 @@ from meshplan.solver.results import Evaluation, PlanResult, PlanStatus
 from meshplan.solver.schema import EvaluateRequest, PlanRequest
 from meshplan.v1 import planner_pb2
 
+M = TypeVar("M", bound=Message)
 PlanFn = Callable[..., PlanResult]
 EvaluateFn = Callable[..., Evaluation]
 _NO_PLAN = {"UNKNOWN", "MODEL_INVALID"}  # CP-SAT statuses that mean "nothing found yet"
@@ -78,7 +80,7 @@ def plan_call(
             grpc.StatusCode.DEADLINE_EXCEEDED,
             f"no plan found within the deadline ({req.options.time_limit_s:.3f} s of solving)",
         )
-    return result.status.value, to_proto(result, planner_pb2.PlanResponse)
+    return result.status.value, answer_proto(result, planner_pb2.PlanResponse, req, prefix)
 
 
 def plan_bytes_call(
@@ -111,14 +113,7 @@ def evaluate_call(
             result = evaluate_fn(req)
     except (ValueError, KeyError, OverflowError) as err:
         raise invalid(err, req) from err
-    try:
-        return to_proto(result, planner_pb2.EvaluateResponse)
-    except json_format.ParseError as err:  # a figure beyond its proto field (e.g. int64)
-        path = ".".join(re.findall(r"Failed to parse (\w+) field", str(err))) or "result"
-        text = f"this layout's {path} is beyond what the answer can hold: the layout's values are far too large"
-        raise RpcFailure(
-            grpc.StatusCode.INVALID_ARGUMENT, f"config: {text}", [Violation("config", text)]
-        ) from err
+    return answer_proto(result, planner_pb2.EvaluateResponse, req)
 
 
 def limited(req: PlanRequest, limits: SolveLimits) -> tuple[PlanRequest, bool]:
@@ -141,6 +136,57 @@ def limited(req: PlanRequest, limits: SolveLimits) -> tuple[PlanRequest, bool]:
         workers = min(opts.num_workers, workers)
     options = opts.model_copy(update={"time_limit_s": limit, "num_workers": workers})
     return req.model_copy(update={"options": options}), capped
+
+
+# The request's sizes, largest first named when an answer cannot hold what they imply.
+_SIZES = (
+    "model.num_layers",
+    "model.hidden_size",
+    "model.ffn_hidden_size",
+    "model.vocab_size",
+    "model.moe.num_experts",
+    "model.moe.expert_ffn_hidden_size",
+    "training.seq_len",
+    "training.global_batch_tokens",
+    "training.critical_batch_tokens",
+    "config.micro_batch_size",
+    "config.num_microbatches",
+    "config.dp",
+    "search.micro_batch_size",
+    "search.num_microbatches",
+    "cluster.num_gpus",
+)
+
+
+def answer_proto(result: Any, message_cls: type[M], req: Any, prefix: str = "") -> M:
+    """The answer as its response message; INVALID_ARGUMENT naming the request's largest size
+    when a figure of the answer is beyond its proto field (int64): the request asked for
+    something too large to state, which no retry changes."""
+    try:
+        return to_proto(result, message_cls)
+    except (json_format.ParseError, OverflowError, ValueError) as err:
+        raise unrepresentable(err, req, prefix) from err
+
+
+def unrepresentable(err: Exception, req: Any, prefix: str = "") -> RpcFailure:
+    """INVALID_ARGUMENT for an answer beyond its proto fields, naming the size that caused it."""
+    what = ".".join(re.findall(r"Failed to parse (\w+) field", str(err))) or "answer"
+    sizes = []
+    for path in _SIZES:
+        value: Any = req
+        for part in path.split("."):
+            value = getattr(value, part, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            sizes.append((value, path))
+    value, path = max(sizes, default=(0, "request"))
+    field = f"{prefix}.{path}" if prefix else path
+    text = (
+        f"the answer's {what} would be beyond a 64-bit integer: the request's sizes are far "
+        f"too large (its largest, {path}, is {value:,})"
+    )
+    return RpcFailure(
+        grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {text}", [Violation(field, text)]
+    )
 
 
 def invalid(err: Exception, req: Any, prefix: str = "") -> RpcFailure:

@@ -5,6 +5,7 @@ queued behind the running one is answered `None` instead of being run)."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -21,9 +22,17 @@ _TRIM_EVERY_S = 5.0  # a worker returns freed heap to the system at most this of
 YOUNG_PASS_OBJECTS = 50_000  # a worker's threshold for a young collection (Python's: 700)
 
 
+# A solve is throughput work; the server's event loop (health checks, admission, answers) is
+# latency work: on a machine with fewer free cores than busy processes, the workers at a lower
+# priority let the loop run the moment it wakes instead of waiting out their time slices.
+WORKER_NICENESS = 5
+
+
 def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
     """A worker's life: warm up, say ready, then run one call at a time until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's: it drains, then ends us
+    with contextlib.suppress(OSError):  # solves yield the CPU to the server's event loop
+        os.nice(WORKER_NICENESS)
     lock = threading.Lock()
     state: dict[str, Any] = {"seq": 0, "event": None}
     stopped: set[int] = set()  # calls told to stop (the running one, or one queued behind it)

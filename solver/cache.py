@@ -20,14 +20,15 @@ which rows, the factors, the coarse, shape and fine bounds) depend on the rows a
 domains as well, so a request that repeats a space (its pins, batch and options aside from the
 time limit, workers, gap and alternatives) computes none of them again: `tables_memo`, at most
 `MAX_TABLE_BYTES` in all; the space itself (its layouts and domains) and the greedy recipe's
-point over it are kept too (`space`, at most `MAX_SPACES`). The layouts and axis values a space
+point over it are kept too (`space`, at most `MAX_SPACE_BYTES`, weighed by their layouts). The layouts and axis values a space
 starts from (`space.Grid`) depend only on the model, the framework, sequence length, precision,
 pins, the GPUs per node and count and the batch, not on the GPU type's speeds or memory nor on
-the cost model: spaces that share those share them (`grid`, at most `MAX_GRIDS`). Whether a
+the cost model: spaces that share those share them (`grid`, at most `MAX_GRID_BYTES`). Whether a
 request fits on k GPUs (what the explanation's search for the smallest cluster asks, count after
 count) depends on the request less its GPU count, so requests for one job at several counts
 share the answers (`fits_by_count`, at most `MAX_FIT_KEYS` such requests). `clear()` empties
-every cache; `info()` reports their sizes. The caches are per process and thread-safe.
+every cache; `info()` reports their sizes. The caches are per process and thread-safe; all but
+the tables' memos (whose weight grows in use: `grew`) are cachetools' LRU caches.
 """
 
 from __future__ import annotations
@@ -36,8 +37,11 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import replace
 from typing import TypeVar
+
+from cachetools import LRUCache
 
 from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel import CostModel, Layout
@@ -53,20 +57,38 @@ MAX_MODELS = 64
 MAX_ROWS = 65_536
 MAX_TABLE_BYTES = 128 * 2**20
 MAX_SPACES = 64
-MAX_GRIDS = 256  # each a few hundred layouts and batch shapes: ~0.1 MiB
+# A space weighs what its layouts hold once planned over (1.75 KB a layout, measured: 38 spaces
+# of 200,564 layouts freed 351 MB; those of a 1,048,576-GPU request hold ~10,500 layouts each):
+# kept within MAX_SPACE_BYTES, so a query over many large clusters cannot grow a worker without
+# bound (64 such spaces held ~0.6 GB).
+SPACE_LAYOUT_BYTES = 2048
+SPACE_BASE_BYTES = 64 * 2**10
+MAX_SPACE_BYTES = 192 * 2**20
+GRID_LAYOUT_BYTES = 1024  # a grid's layouts and the lists derived from them (an upper bound)
+MAX_GRID_BYTES = 64 * 2**20
 MAX_FIT_KEYS = 1024  # each ~3.5 KiB at most (two JSON keys, up to ~60 counts): ~3.5 MiB
 # Training fields that do not change the cost model's terms (they shape the search space).
 BATCH_FIELDS = ("global_batch_tokens", "critical_batch_tokens", "train_tokens")
 
+
+def _space_bytes(space: object) -> int:
+    layouts = len(getattr(space, "all_layouts", ())) or len(getattr(space, "layouts", ()))
+    return SPACE_BASE_BYTES + SPACE_LAYOUT_BYTES * layouts
+
+
+def _grid_bytes(grid: object) -> int:
+    return SPACE_BASE_BYTES + GRID_LAYOUT_BYTES * len(getattr(grid, "layouts", ()))
+
+
 _lock = threading.Lock()
-_models: OrderedDict[tuple, CostModel] = OrderedDict()
-_grouped: OrderedDict[tuple, costmodel.Grouped] = OrderedDict()
-_rows: OrderedDict[tuple, Rows] = OrderedDict()
-_rows_held = 0
-_tables: OrderedDict[tuple, Memo] = OrderedDict()
-_spaces: OrderedDict[tuple, object] = OrderedDict()
-_grids: OrderedDict[tuple, object] = OrderedDict()
-_fits: OrderedDict[tuple, dict[int, bool]] = OrderedDict()
+# cachetools' LRU caches (bounded in entries, or in bytes through getsizeof), under _lock
+_models: LRUCache[tuple, CostModel] = LRUCache(MAX_MODELS)
+_grouped: LRUCache[tuple, costmodel.Grouped] = LRUCache(MAX_MODELS)
+_rows: LRUCache[tuple, Rows] = LRUCache(MAX_ROWS, getsizeof=len)  # bounded in layout rows
+_tables: OrderedDict[tuple, Memo] = OrderedDict()  # bounded by `grew` (its memos grow in use)
+_spaces: LRUCache[tuple, object] = LRUCache(MAX_SPACE_BYTES, getsizeof=_space_bytes)
+_grids: LRUCache[tuple, object] = LRUCache(MAX_GRID_BYTES, getsizeof=_grid_bytes)
+_fits: LRUCache[tuple, dict[int, bool]] = LRUCache(MAX_FIT_KEYS)
 _tables_bytes = 0
 
 
@@ -144,20 +166,21 @@ def _repr(constants: Constants) -> str:
     return got[1]
 
 
-def _built_once(store: OrderedDict, key: tuple, build: Callable[[], T], most: int) -> T:
-    """store[key], built (outside the lock) when missing; at most `most` kept, least recently
-    used dropped first. Two threads may both build: the first stored wins."""
+def _built_once(store: LRUCache, key: tuple, build: Callable[[], T]) -> T:
+    """store[key], built (outside the lock) when missing; the store's bound drops the least
+    recently used (a value heavier than the whole bound is used, not kept). Two threads may
+    both build: the first stored wins."""
     with _lock:
         got = store.get(key)
         if got is not None:
-            store.move_to_end(key)
             return got
     got = build()
     with _lock:
-        got = store.setdefault(key, got)
-        store.move_to_end(key)
-        while len(store) > most:
-            store.popitem(last=False)
+        kept = store.get(key)
+        if kept is not None:
+            return kept
+        with suppress(ValueError):  # too large to keep
+            store[key] = got
     return got
 
 
@@ -174,7 +197,7 @@ def cost_model(A: Arch, H: Hardware, training: TrainingSpec, search: SearchSpec)
         cm.cache_key = key
         return cm
 
-    return _built_once(_models, key, build, MAX_MODELS)
+    return _built_once(_models, key, build)
 
 
 def grouped(
@@ -194,7 +217,7 @@ def grouped(
     def build() -> costmodel.Grouped:
         return costmodel.Grouped.of(costmodel.context(A, free, training, search, constants))
 
-    return _built_once(_grouped, key, build, MAX_MODELS)
+    return _built_once(_grouped, key, build)
 
 
 def space(cm: CostModel, key: tuple, build: Callable[[], T]) -> T:
@@ -204,13 +227,13 @@ def space(cm: CostModel, key: tuple, build: Callable[[], T]) -> T:
     base = getattr(cm, "cache_key", None)
     if base is None:
         return build()
-    return _built_once(_spaces, (base, *key), build, MAX_SPACES)
+    return _built_once(_spaces, (base, *key), build)
 
 
 def grid(key: tuple, build: Callable[[], T]) -> T:
     """The layouts and axis values a space starts from (`space.Space._grid`), built once per
     `key` (`Space.grid_key`, which must name everything the build reads)."""
-    return _built_once(_grids, key, build, MAX_GRIDS)
+    return _built_once(_grids, key, build)
 
 
 def fits_by_count(
@@ -232,33 +255,17 @@ def fits_by_count(
     if s_json is None or search.allow_fewer_gpus:
         s_json = search.model_copy(update={"allow_fewer_gpus": False}).model_dump_json()
     key = (A, replace(H, num_gpus=0), *rest, t_json, s_json)
-    return _built_once(_fits, key, dict, MAX_FIT_KEYS)
+    return _built_once(_fits, key, dict)
 
 
 def rows(cm: CostModel, layouts: Sequence[Layout]) -> Rows:
     """The rows of these layouts, with the start tables already computed over them for this
     cost model (a cost model built outside the cache gets fresh rows)."""
-    global _rows_held
     base = getattr(cm, "cache_key", None)
     if base is None:
         return Rows.of(layouts)
     key = Key(base, _layouts_key(layouts))
-    with _lock:
-        got = _rows.get(key)
-        if got is not None:
-            _rows.move_to_end(key)
-            return got
-    got = Rows.of(layouts)
-    with _lock:
-        if key not in _rows:
-            _rows[key] = got
-            _rows_held += len(got)
-        got = _rows[key]
-        _rows.move_to_end(key)
-        while _rows_held > MAX_ROWS and len(_rows) > 1:
-            _, old = _rows.popitem(last=False)
-            _rows_held -= len(old)
-    return got
+    return _built_once(_rows, key, lambda: Rows.of(layouts))
 
 
 # What `cpsat.tables.Tables._classes` puts in a memo (which axis values agree with which rows:
@@ -336,7 +343,7 @@ def grew(memo: Memo, nbytes: int) -> None:
 
 def clear() -> None:
     """Forget every cost model, start table and space's tables."""
-    global _rows_held, _tables_bytes
+    global _tables_bytes
     with _lock:
         _models.clear()
         _grouped.clear()
@@ -347,7 +354,7 @@ def clear() -> None:
         _fits.clear()
         _tuples.clear()
         _class_sources.clear()
-        _rows_held = _tables_bytes = 0
+        _tables_bytes = 0
 
 
 def info() -> dict[str, int]:
@@ -359,10 +366,12 @@ def info() -> dict[str, int]:
             "models": len(_models),
             "grouped": len(_grouped),
             "row_sets": len(_rows),
-            "rows": _rows_held,
+            "rows": int(_rows.currsize),
             "tables": len(_tables),
             "spaces": len(_spaces),
             "grids": len(_grids),
+            "space_bytes": int(_spaces.currsize),
+            "grid_bytes": int(_grids.currsize),
             "table_bytes": _tables_bytes,
             "fit_requests": len(_fits),
             "fit_counts": sum(len(v) for v in _fits.values()),

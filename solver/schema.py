@@ -99,6 +99,9 @@ class MoESpec(_Strict):
         return self
 
 
+MAX_PARAMETERS = 2**50  # ~1.1e15: 16 bytes each and their activations stay within int64
+
+
 class ModelSpec(_Strict):
     """A transformer: a catalog `preset`, or the explicit shape (explicit fields override the preset)."""
 
@@ -140,6 +143,26 @@ class ModelSpec(_Strict):
         h = self.hidden_size
         if a is not None and h is not None and self.head_dim is None and h % a != 0:
             raise ValueError(f"hidden_size ({h}) must be divisible by num_attention_heads ({a})")
+        return self
+
+    @model_validator(mode="after")
+    def _representable(self) -> ModelSpec:
+        """A shape whose parameters' bytes pass the answer's 64-bit counts is bad input."""
+        L, h = self.num_layers, self.hidden_size
+        if L is None or h is None:
+            return self
+        per_layer = 4 * h * h + 3 * h * (self.ffn_hidden_size or 4 * h)
+        if self.moe is not None:
+            per_layer += self.moe.num_experts * 3 * h * self.moe.expert_ffn_hidden_size
+        n = L * per_layer + 2 * (self.vocab_size or 0) * h
+        if n > MAX_PARAMETERS:
+            pair = f"num_layers ({L}) and hidden_size ({h})"
+            if h >= L * L:  # the width dominates: named first, so the violation is about it
+                pair = f"hidden_size ({h}) and num_layers ({L})"
+            raise ValueError(
+                f"{pair} make ~{n:.3g} parameters, more than the {MAX_PARAMETERS:.3g} whose "
+                "bytes an answer's 64-bit counts hold"
+            )
         return self
 
 

@@ -184,7 +184,9 @@ def test_the_reuse_key_covers_every_field(name: str, monkeypatch: pytest.MonkeyP
 
 def test_the_counts_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     cache.clear()
-    monkeypatch.setattr(cache, "MAX_FIT_KEYS", 1)
+    from cachetools import LRUCache
+
+    monkeypatch.setattr(cache, "_fits", LRUCache(1))
     plan(PlanRequest.model_validate(INFEASIBLE["70b-8"]))
     assert cache.info()["fit_requests"] == 1
     plan(PlanRequest.model_validate(INFEASIBLE["8x22b-8"]))

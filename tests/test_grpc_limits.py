@@ -101,7 +101,11 @@ def test_health_answers_while_every_slot_is_busy_and_overload_is_refused() -> No
     fake = BlockingPlan()
     with (
         running_server(
-            plan_fn=fake, max_concurrent_solves=2, max_solves_per_caller=2, max_queued_solves=1
+            plan_fn=fake,
+            max_concurrent_solves=2,
+            max_solves_per_caller=2,
+            max_queued_solves=1,
+            max_waiting_calls=0,  # no call waits its turn: a full server refuses at once
         ) as (port, _),
         grpc.insecure_channel(f"{LOOPBACK}:{port}") as channel,
     ):

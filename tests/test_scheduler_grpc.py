@@ -201,7 +201,10 @@ def test_a_256_cell_curve_honours_the_deadline(client: PlannerClient) -> None:
 
 def test_a_cancelled_query_stops_its_work_and_frees_its_slot() -> None:
     cache.clear()  # cold: the deadline test before this one leaves some of its cells cached
-    with running_server(max_concurrent_solves=1, max_queued_solves=0) as (port, _):
+    with running_server(max_concurrent_solves=1, max_queued_solves=0, max_waiting_calls=0) as (
+        port,
+        _,
+    ):
         msg = _message("ScalingCurve", CurveRequest.model_validate(BIG))
         with raw_stub(port) as stub:
             future = stub.ScalingCurve.future(msg, timeout=300)
@@ -345,3 +348,29 @@ def test_a_long_name_is_refused_and_echoed_truncated(port: int) -> None:
     with raw_stub(port) as stub:
         got, why = _violation(lambda: stub.ScalingCurve(msg, timeout=10))
     assert got == "clusters[0].gpu" and "5,000 characters" in why and len(why) < 400, why
+
+
+def test_a_large_query_is_prepared_apart_and_answers_as_in_process() -> None:
+    """A curve of 2,000 observations (~110 KB, past LARGE_REQUEST_BYTES) is parsed and fitted
+    on a solver slot and runs without its observations: the same fit as in-process, the
+    observations counted, the same bytes again from the cache."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks.soak_probe import observed_curve
+    from meshplan.server.scheduler import LARGE_REQUEST_BYTES
+
+    req = observed_curve(2_000, seed=5)
+    assert len(_message("ScalingCurve", req).SerializeToString()) > LARGE_REQUEST_BYTES
+    local = scaling_curve(req)
+    with (
+        running_server(max_concurrent_solves=2) as (port, _),
+        PlannerClient(f"{LOOPBACK}:{port}", default_timeout=120) as c,
+    ):
+        first, again = c.scaling_curve(req), c.scaling_curve(req)
+        other = c.scaling_curve(observed_curve(2_000, seed=6))
+    assert first.fit is not None and local.fit is not None
+    assert first.fit.num_observations == 2_000
+    assert first.fit.model_dump(exclude={"note"}) == local.fit.model_dump(exclude={"note"})
+    assert [c.tokens_per_s for c in first.cells] == [c.tokens_per_s for c in local.cells]
+    assert again == first and other.cache_key != first.cache_key

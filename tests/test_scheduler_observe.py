@@ -98,3 +98,41 @@ def test_leave_one_out_error_grows_with_inconsistent_observations() -> None:
                 ("x", 32, 0.5, 1.0, 0.6 + 1.5)])  # fmt: skip
     bad = fit([("x", 8, 2.0, 1.0, 3.9), ("x", 16, 1.0, 1.0, 1.5), ("x", 32, 0.5, 1.0, 3.0)])
     assert good.relative_error < 1e-3 < bad.relative_error
+
+
+def _refit_each(rows: list[tuple[float, float, float]]) -> list[float]:
+    """The leave-one-out errors the slow way: one least squares per row left out."""
+    from meshplan.solver.scheduler.observe import _solve
+
+    out = []
+    for i, (c, k, t) in enumerate(rows):
+        ci, mi = _solve(rows[:i] + rows[i + 1 :])
+        out.append(abs((ci * c + mi * k) / t - 1))
+    return out
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 40])
+def test_the_closed_form_leave_one_out_equals_refitting_each_row(n: int) -> None:
+    import random
+
+    from meshplan.solver.scheduler.observe import _leave_one_out
+
+    rng = random.Random(n)
+    rows = [
+        (rng.uniform(0.1, 2), rng.choice([0.0, rng.uniform(0, 1)]), rng.uniform(0.5, 4))
+        for _ in range(n)
+    ]
+    rows.append(rows[0])  # a repeated observation
+    assert list(_leave_one_out(rows)) == pytest.approx(_refit_each(rows), rel=1e-6, abs=1e-9)
+    no_comm = [(c, 0.0, t) for c, _, t in rows]  # the ridge alone decides m
+    assert list(_leave_one_out(no_comm)) == pytest.approx(_refit_each(no_comm), abs=1e-6)
+
+
+def test_twenty_thousand_observations_fit_in_linear_time() -> None:
+    import time
+
+    rows = [("h100", 8 * (1 + i % 4), 1.0 + i % 7, 0.5 + i % 3, 2.0 + i % 5) for i in range(20_000)]
+    started = time.process_time()
+    f = fit(rows)
+    assert time.process_time() - started < 1.0  # the quadratic refit took ~6 s for 4,000
+    assert 0 < f.relative_error < 1 and len(f.residuals) == 20_000

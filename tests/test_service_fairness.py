@@ -12,7 +12,7 @@ import grpc
 import pytest
 from test_grpc_support import LOOPBACK, BlockingPlan, running_server, small_request
 
-from meshplan.client import OverloadedError, PlannerClient
+from meshplan.client import InvalidRequestError, PlannerClient
 from meshplan.client.sync import batch_message
 from meshplan.server.limits import Admission, FairSlots, RpcFailure
 from meshplan.v1 import planner_pb2_grpc
@@ -76,15 +76,92 @@ def test_a_caller_never_holds_more_than_its_share() -> None:
 
 
 def test_admission_caps_calls_and_pending_batch_requests_per_caller() -> None:
-    admission = Admission(total=10, per_caller=2, batch_per_caller=5)
-    with admission.admit("a"), admission.admit("a", batch_requests=3):
-        for kwargs in ({}, {"batch_requests": 1}):
-            with pytest.raises(RpcFailure) as full, admission.admit("a", **kwargs):
+    async def run() -> Admission:
+        admission = Admission(total=10, per_caller=2, batch_per_caller=5, max_waiting=4)
+        async with admission.admit("a"), admission.admit("a", batch_requests=3):
+            for kwargs in ({}, {"batch_requests": 1}):
+                with pytest.raises(RpcFailure) as full:
+                    async with admission.admit("a", **kwargs):
+                        pass
+                assert full.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            async with admission.admit("b", batch_requests=5):
                 pass
-            assert full.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-        with admission.admit("b", batch_requests=5):
-            pass
+            with pytest.raises(RpcFailure) as never:  # can never fit: not "retry later"
+                async with admission.admit("c", batch_requests=6):
+                    pass
+            assert never.value.code == grpc.StatusCode.INVALID_ARGUMENT
+            assert never.value.violations[0].field == "requests"
+        return admission
+
+    admission = asyncio.run(run())
     assert admission.in_progress == 0 and not admission.batch
+
+
+def _admitted_order(admission: Admission, arrivals: list[str], busy: list[str]) -> list[str]:
+    """The order in which waiting calls are admitted, one ticket freed at a time."""
+
+    async def run() -> list[str]:
+        order: list[str] = []
+        release: dict[str, list[asyncio.Event]] = {}
+
+        async def call(caller: str, log: bool) -> None:
+            done = asyncio.Event()
+            async with admission.admit(caller, deadline=time.monotonic() + 30):
+                if log:
+                    order.append(caller)
+                release.setdefault(caller, []).append(done)
+                await done.wait()
+
+        held = [asyncio.create_task(call(c, False)) for c in busy]
+        await asyncio.sleep(0)
+        tasks = []
+        for caller in arrivals:
+            tasks.append(asyncio.create_task(call(caller, True)))
+            await asyncio.sleep(0)  # arrives, and waits
+        while len(order) < len(arrivals):
+            holder = next(c for c, evs in release.items() if evs)
+            release[holder].pop(0).set()
+            await asyncio.sleep(0.01)
+        for evs in release.values():
+            for ev in evs:
+                ev.set()
+        await asyncio.gather(*held, *tasks)
+        return order
+
+    return asyncio.run(run())
+
+
+def test_waiting_calls_are_admitted_in_turns_across_callers() -> None:
+    # "a" sent five calls before "b" and "c" sent one each: b and c do not wait behind them
+    admission = Admission(total=1, per_caller=8, batch_per_caller=8, max_waiting=16)
+    order = _admitted_order(admission, ["a", "a", "a", "a", "a", "b", "c"], busy=["x"])
+    assert order[:3] == ["a", "b", "c"] and order.count("a") == 5
+
+
+def test_a_wait_ends_at_the_deadline_and_the_queue_is_bounded() -> None:
+    async def run() -> tuple[grpc.StatusCode, grpc.StatusCode, int]:
+        admission = Admission(total=1, per_caller=4, batch_per_caller=4, max_waiting=1)
+        async with admission.admit("a"):
+            with pytest.raises(RpcFailure) as late:
+                async with admission.admit("b", deadline=time.monotonic() + 0.05):
+                    pass
+            waiter = asyncio.create_task(_hold(admission, "b"))
+            await asyncio.sleep(0)
+            with pytest.raises(RpcFailure) as full:
+                async with admission.admit("c", deadline=time.monotonic() + 5):
+                    pass
+            waiter.cancel()
+            await asyncio.gather(waiter, return_exceptions=True)
+        return late.value.code, full.value.code, admission.queued
+
+    late, full, queued = asyncio.run(run())
+    assert late == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert full == grpc.StatusCode.RESOURCE_EXHAUSTED and queued == 0
+
+
+async def _hold(admission: Admission, caller: str) -> None:
+    async with admission.admit(caller, deadline=time.monotonic() + 5):
+        await asyncio.sleep(5)
 
 
 def _tokens(tmp_path: Path) -> str:
@@ -143,10 +220,19 @@ def test_one_callers_open_calls_are_capped_while_another_is_served(tmp_path: Pat
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "calls in progress" in refused.value.details()
         with PlannerClient(f"{LOOPBACK}:{port}", token=OTHER) as other:
-            with pytest.raises(OverloadedError) as too_many:  # 7 requests pending, cap 6
+            with pytest.raises(InvalidRequestError) as never:  # 7 requests, cap 6: not overload
                 list(other.plan_batch([small_request()] * 7, timeout=5))
-            assert "batch requests pending" in too_many.value.message
+            assert "one caller may have pending" in never.value.message
             fake.max_s = 0.01  # the other caller's solves return at once
             assert other.plan(small_request(time_limit_s=0.05), timeout=10) is not None
         for call in open_calls:
             call.cancel()
+
+
+def test_a_token_names_the_caller_only_when_tokens_are_checked() -> None:
+    from meshplan.server.auth import caller_of
+
+    made_up = [(("authorization", f"Bearer made-up-{i:04d}-0123456789"),) for i in range(3)]
+    peer = "ipv4:10.0.0.5:41234"
+    assert {caller_of(m, peer, verified=False) for m in made_up} == {"ipv4:10.0.0.5"}
+    assert len({caller_of(m, peer, verified=True) for m in made_up}) == 3

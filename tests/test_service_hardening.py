@@ -26,7 +26,7 @@ from test_grpc_support import (
 )
 
 from meshplan.client import InvalidRequestError, PlannerClient
-from meshplan.client.sync import plan_message
+from meshplan.client.sync import batch_message, plan_message
 from meshplan.server.app import server_options
 from meshplan.server.logs import TextFormatter
 from meshplan.server.settings import Settings
@@ -125,6 +125,46 @@ def test_drain_answers_not_serving_and_an_open_watch_does_not_hold_it() -> None:
         in_flight.join(20)
         assert outcome == [True] and len(answers) == 1  # the call in flight finished
         assert time.monotonic() - started < 5  # not the 20 s grace
+
+
+def test_a_batch_the_grace_cannot_finish_answers_every_item_before_the_stream_ends() -> None:
+    fake = BlockingPlan(max_s=0.4)  # 8 items, one slot: ~3 s of work against a 1 s grace
+    with (
+        running_server(plan_fn=fake, max_concurrent_solves=1) as (port, server),
+        raw_stub(port) as stub,
+    ):
+        batch = batch_message([small_request(time_limit_s=10)] * 8)
+        stream = stub.PlanBatch(batch, timeout=30)
+        fake.wait_started(1)
+        drained: list[bool] = []
+        drainer = threading.Thread(target=lambda: drained.append(server.drain(1.0)))
+        drainer.start()
+        items = list(stream)  # ends normally: no item is left without an answer
+        drainer.join(10)
+    assert sorted(i.index for i in items) == list(range(8))
+    unfinished = [i for i in items if i.WhichOneof("outcome") == "error"]
+    assert unfinished and all(i.error.code == "UNAVAILABLE" for i in unfinished)
+    assert "send it again" in unfinished[0].error.message
+    assert stream.code() == grpc.StatusCode.OK and drained == [True]
+
+
+def test_one_peer_cannot_hold_every_health_watch() -> None:
+    with (
+        running_server(max_open_streams=8) as (port, _),
+        grpc.insecure_channel(f"{LOOPBACK}:{port}") as channel,
+    ):
+        stub = health_pb2_grpc.HealthStub(channel)
+        request = health_pb2.HealthCheckRequest()
+        watches = [stub.Watch(request, timeout=30) for _ in range(2)]  # a quarter of 8
+        assert [next(w).status for w in watches] == [SERVING, SERVING]
+        with pytest.raises(grpc.RpcError) as refused:
+            next(stub.Watch(request, timeout=5))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "from ipv4:127.0.0.1" in (refused.value.details() or "")
+        assert _check(channel) == SERVING  # Check stays open
+        watches[0].cancel()
+        time.sleep(0.2)
+        assert next(stub.Watch(request, timeout=5)).status == SERVING  # room again
 
 
 def test_a_call_without_a_deadline_gets_the_servers_maximum() -> None:
@@ -348,7 +388,9 @@ def test_keepalive_and_connection_age_are_set() -> None:
     options = dict(server_options(Settings(max_deadline_s=120)))
     assert options["grpc.keepalive_time_ms"] == 60_000
     assert options["grpc.keepalive_timeout_ms"] == 20_000
-    assert options["grpc.max_connection_idle_ms"] == 900_000
+    assert options["grpc.max_connection_idle_ms"] == 120_000
+    assert options["grpc.max_allowed_incoming_connections"] == 4096  # before fds run out
+    assert options["grpc.server_handshake_timeout_ms"] == 10_000  # silent connections closed
     assert options["grpc.max_connection_age_ms"] == 1_800_000
     assert options["grpc.max_connection_age_grace_ms"] == 120_000  # no call is cut short
     assert options["grpc.max_receive_message_length"] == 1024 * 1024

@@ -27,7 +27,7 @@ from meshplan.client import (
 )
 from meshplan.client.sync import plan_message
 from meshplan.server.cli import add_serve_arguments, settings_from_args
-from meshplan.server.logs import JsonFormatter, TextFormatter
+from meshplan.server.logs import FIELDS, JsonFormatter, TextFormatter
 from meshplan.solver.schema import PlanRequest
 from meshplan.v1 import planner_pb2_grpc
 
@@ -53,6 +53,7 @@ def test_metrics_count_calls_plans_rejections_and_latency() -> None:
         "metrics_host": LOOPBACK,
         "max_concurrent_solves": 1,
         "max_queued_solves": 1,
+        "max_waiting_calls": 0,  # a full server refuses at once: one RESOURCE_EXHAUSTED
         "plan_fn": fake,
     }
     with (
@@ -98,6 +99,7 @@ def test_metrics_count_calls_plans_rejections_and_latency() -> None:
     assert m['meshplan_calls_total{code="OK",method="ListCatalog"}'] == 1
     assert m['meshplan_rejected_calls_total{method="Plan"}'] == 1
     assert m['meshplan_plans_total{status="INFEASIBLE"}'] == 1  # the fake's answer
+    assert m["meshplan_tree_processes"] >= 1 and m["meshplan_tree_resident_memory_bytes"] > 1e7
     assert m['meshplan_call_duration_seconds_count{method="Plan"}'] == 5
     assert m['meshplan_solve_duration_seconds_count{method="Plan"}'] >= 2
     assert m["meshplan_solves_in_flight"] == 0 and m["meshplan_solves_queued"] == 0
@@ -172,7 +174,11 @@ def test_serve_process_json_logs_metrics_flag_and_sighup(tmp_path: Path) -> None
 
 def test_bad_settings_exit_2_with_one_line(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    short = tmp_path / "tokens"
+    short.write_text("too-short\n")
     for flags, word in (
+        (["--auth-token-file", str(short)], "--auth-token-file"),
+        (["--auth-token-file", str(tmp_path / "missing")], "--auth-token-file"),
         (["--tls-cert", "x.pem"], "tls_cert and tls_key go together"),
         (["--max-calls-per-caller", "0"], "--max-calls-per-caller"),
         (["--log-level", "CHATTY"], "--log-level"),
@@ -187,3 +193,25 @@ def test_bad_settings_exit_2_with_one_line(tmp_path: Path) -> None:
         )
         assert done.returncode == 2, done.stderr
         assert word in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_refusals_for_a_token_are_counted_all_and_logged_at_most_ten_a_second(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from meshplan.server.metrics import Metrics
+    from meshplan.server.runtime import REFUSED_LINES_PER_S, Runtime
+    from meshplan.server.settings import Settings
+
+    metrics = Metrics()
+    rt = Runtime(Settings(solver_processes=0, max_concurrent_solves=1), metrics)
+    try:
+        with caplog.at_level(logging.INFO, logger="meshplan.server"):
+            for _ in range(25):
+                rt.refused("/meshplan.v1.Planner/Plan", "ipv4:10.0.0.9:5555")
+            assert len(caplog.records) == REFUSED_LINES_PER_S
+            rt._refused_window -= 1.0  # a second later
+            rt.refused("/meshplan.v1.Planner/Plan", "ipv4:10.0.0.9:5555")
+        assert caplog.records[-1].__dict__[FIELDS]["unlogged_before"] == 15
+        assert metrics.calls.labels("Plan", "UNAUTHENTICATED")._value.get() == 26
+    finally:
+        rt.runner.close()

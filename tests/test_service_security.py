@@ -193,6 +193,30 @@ def test_an_unreadable_certificate_stops_the_server_from_starting(tmp_path: Path
         create_server(Settings(host=LOOPBACK, port=0, tls_cert=str(bad), tls_key=str(pki.key)))
 
 
+def test_an_expired_or_expiring_server_certificate_is_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import datetime
+
+    import trustme
+
+    from meshplan.server.tls import warn_if_expiring
+
+    ca = trustme.CA()
+    past = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
+    leaf = ca.issue_cert("localhost", not_before=past, not_after=past + datetime.timedelta(days=1))
+    path = _write(tmp_path / "old.pem", leaf.cert_chain_pems[0].bytes())
+    with caplog.at_level("WARNING", logger="meshplan.server"):
+        end = warn_if_expiring(str(path))
+    assert end is not None and end < time.time()
+    assert "expired" in caplog.text and "old.pem" in caplog.text
+    caplog.clear()
+    fresh = _write(tmp_path / "new.pem", ca.issue_cert("localhost").cert_chain_pems[0].bytes())
+    with caplog.at_level("WARNING", logger="meshplan.server"):
+        assert warn_if_expiring(str(fresh), now=time.time()) is not None
+    assert caplog.text == ""  # trustme's default lasts years: nothing to say
+
+
 # --- tokens -----------------------------------------------------------------------------------
 
 

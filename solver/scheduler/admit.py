@@ -20,6 +20,7 @@ from meshplan.solver.scheduler.cache import AnswerCache
 from meshplan.solver.scheduler.cells import Budget, CellSolver, solve_cells
 from meshplan.solver.scheduler.curve import scaling_curve
 from meshplan.solver.scheduler.key import cache_key, cost_model_version
+from meshplan.solver.scheduler.observe import Fit
 from meshplan.solver.scheduler.requests import (
     AdmitObjective,
     AdmitRequest,
@@ -29,6 +30,7 @@ from meshplan.solver.scheduler.requests import (
 from meshplan.solver.scheduler.validate import (
     SchedulerInputError,
     check_clusters,
+    check_precision,
     default_counts,
 )
 
@@ -59,6 +61,7 @@ def curve_request(req: AdmitRequest) -> CurveRequest:
     """The curve the walk reads: the given grid (or 1, 2, 4, ... then whole nodes), each type's
     counts clipped to what is available."""
     hws = check_clusters(req.clusters)
+    check_precision(req.training, hws)
     for i, c in enumerate(req.clusters):
         if not c.max_gpus:
             raise SchedulerInputError(f"clusters[{i}].max_gpus", "set the GPUs available (count)")
@@ -182,8 +185,10 @@ def smallest_allocation(
     curves: AnswerCache[CurveResult] | None = None,
     solver: CellSolver = solve_cells,
     clock: Callable[[], float] = time.time,
+    fit: Fit | None = None,
 ) -> AdmitResult:
-    """The allocation of `req` (from `cache` when asked before with the same start time)."""
+    """The allocation of `req` (from `cache` when asked before with the same start time);
+    `fit`: its observations' fit when already computed (curve.observed_fit)."""
     available, now = time_available(req, clock)
     if bool(req.work.tokens) == bool(req.work.steps):
         raise SchedulerInputError("work", "set exactly one of tokens and steps")
@@ -194,11 +199,11 @@ def smallest_allocation(
                     f"clusters[{i}].price_per_gpu_hour", "the CHEAPEST objective needs every price"
                 )
     pinned = req.model_copy(update={"now_unix_s": now}) if req.deadline_unix_s else req
-    key = cache_key("admit", pinned)
+    key = cache_key("admit", pinned, fit.source if fit is not None else "")
     if cache is not None and (hit := cache.get(key)) is not None:
         return hit
     creq = curve_request(req)
-    curve = scaling_curve(creq, budget, curves, solver)
+    curve = scaling_curve(creq, budget, curves, solver, fit)
     allocs = walk(req, curve, available)
     ok = [a for a in allocs if a.status is AdmitStatus.MEETS_DEADLINE]
     pick = min(ok, key=lambda a: _key(req.objective, a)) if ok else None

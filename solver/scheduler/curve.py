@@ -5,7 +5,7 @@ scale unit, the knee and the largest useful count per type (definitions in the R
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from meshplan.solver.planner import evaluate
 from meshplan.solver.results import Wall
@@ -29,9 +29,10 @@ from meshplan.solver.scheduler.validate import (
     check_model,
     check_observations,
     check_pins_for_model,
+    check_precision,
     grid_counts,
 )
-from meshplan.solver.schema import EvaluateRequest
+from meshplan.solver.schema import ClusterSpec, EvaluateRequest, ParallelConfig
 
 
 def efficiency(batch: BatchPolicy, tokens: int) -> float:
@@ -61,6 +62,7 @@ def prepare(req: CurveRequest) -> Prepared:
     check_pins_for_model(arch, req.search)
     check_batch(req.batch, req.training)
     hws = check_clusters(req.clusters)
+    check_precision(req.training, hws)
     counts = {
         c.label: grid_counts(req.grid, c, hw.gpn, "grid")
         for c, hw in zip(req.clusters, hws, strict=True)
@@ -91,33 +93,54 @@ def prepare(req: CurveRequest) -> Prepared:
     )
 
 
-def _fit(req: CurveRequest) -> Fit | None:
-    """The observations' correction: each observed layout scored by evaluate() on its cell."""
+def observed_fit(req: CurveRequest, budget: Budget, source: str = "") -> Fit | None:
+    """The observations' fit of a curve (the curve an allocation or a front walks: their
+    `curve_request`), the request checked first as the curve checks it; `source`: a digest of
+    the observations, when the query will run without them (Fit.source)."""
+    prepare(req)
+    f = _fit(req, budget)
+    return f if f is None or not source else replace(f, source=source)
+
+
+def _fit(req: CurveRequest, budget: Budget | None = None) -> Fit | None:
+    """The observations' correction: each observed layout scored by evaluate() on its cell,
+    once per distinct (cluster, count, layout), the budget checked between two."""
     if not req.observations:
         return None
+    budget = budget or Budget()
     by_label = {c.label: c for c in req.clusters}
+    scored: dict[tuple[str, int, ParallelConfig], tuple[float, float]] = {}
     rows = []
     for i, ob in enumerate(req.observations):
         cfg = ob.config
-        tokens = cfg.dp * cfg.micro_batch_size * cfg.num_microbatches * req.training.seq_len
-        training = req.training.model_copy(
-            update={"global_batch_tokens": tokens, "critical_batch_tokens": 0}
-        )
-        ev = evaluate(
-            EvaluateRequest(
-                model=req.model,
-                cluster=by_label[ob.cluster].spec(ob.num_gpus),
-                training=training,
-                config=cfg,
-                search=req.search.model_copy(update={"allow_fewer_gpus": True}),
-            )
-        )
-        bad = [v for v in ev.violations if not v.startswith("memory:")]
-        if bad or ev.performance is None:
-            raise SchedulerInputError(f"observations[{i}].config", "; ".join(bad))
-        comp, comm = split(ev.performance.breakdown)
-        rows.append((ob.cluster, ob.num_gpus, comp, comm, ob.step_time_s))
+        ident = (ob.cluster, ob.num_gpus, cfg)  # a frozen model: hashed by its values
+        if ident not in scored:
+            budget.check()
+            scored[ident] = _observed(req, by_label[ob.cluster].spec(ob.num_gpus), cfg, i)
+        rows.append((ob.cluster, ob.num_gpus, *scored[ident], ob.step_time_s))
+    budget.check()
     return fit(rows)
+
+
+def _observed(req: CurveRequest, cluster: ClusterSpec, cfg: ParallelConfig, i: int) -> tuple:
+    """(compute-like, communication) seconds of observation i's layout on its cell."""
+    tokens = cfg.dp * cfg.micro_batch_size * cfg.num_microbatches * req.training.seq_len
+    training = req.training.model_copy(
+        update={"global_batch_tokens": tokens, "critical_batch_tokens": 0}
+    )
+    ev = evaluate(
+        EvaluateRequest(
+            model=req.model,
+            cluster=cluster,
+            training=training,
+            config=cfg,
+            search=req.search.model_copy(update={"allow_fewer_gpus": True}),
+        )
+    )
+    bad = [v for v in ev.violations if not v.startswith("memory:")]
+    if bad or ev.performance is None:
+        raise SchedulerInputError(f"observations[{i}].config", "; ".join(bad))
+    return split(ev.performance.breakdown)
 
 
 def _cell(label: str, n: int, out: CellOutcome, batch: BatchPolicy, f: Fit | None) -> Cell:
@@ -251,13 +274,15 @@ def scaling_curve(
     budget: Budget | None = None,
     cache: AnswerCache[CurveResult] | None = None,
     solver: CellSolver = solve_cells,
+    fit: Fit | None = None,
 ) -> CurveResult:
-    """The curve of `req` (from `cache` when the same request was answered before)."""
-    key = cache_key("curve", req)
+    """The curve of `req` (from `cache` when the same request was answered before); `fit`: the
+    observations' fit when already computed (`observed_fit` of the same request)."""
+    key = cache_key("curve", req, fit.source if fit is not None else "")
     if cache is not None and (hit := cache.get(key)) is not None:
         return hit
     prep = prepare(req)
-    f = _fit(req)
+    f = fit if fit is not None else _fit(req, budget)
     outcomes = solver(prep.tasks, budget or Budget())
     cells = [
         _cell(label, n, out, req.batch, f)
@@ -278,7 +303,7 @@ def scaling_curve(
         fit=None
         if f is None
         else ObservationFit(
-            num_observations=len(req.observations),
+            num_observations=len(f.residuals),
             compute_factor=f.compute_factor,
             communication_factor=f.communication_factor,
             relative_error=f.relative_error,

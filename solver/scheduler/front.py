@@ -17,6 +17,7 @@ from meshplan.solver.scheduler.cache import AnswerCache
 from meshplan.solver.scheduler.cells import Budget, CellSolver, solve_cells
 from meshplan.solver.scheduler.curve import scaling_curve
 from meshplan.solver.scheduler.key import cache_key, cost_model_version
+from meshplan.solver.scheduler.observe import Fit
 from meshplan.solver.scheduler.requests import CurveRequest, FrontRequest
 
 DAY = 86400.0
@@ -87,12 +88,14 @@ def training_front(
     cache: AnswerCache[FrontResult] | None = None,
     curves: AnswerCache[CurveResult] | None = None,
     solver: CellSolver = solve_cells,
+    fit: Fit | None = None,
 ) -> FrontResult:
-    """The front of `req` (from `cache` when asked before)."""
-    key = cache_key("front", req)
+    """The front of `req` (from `cache` when asked before); `fit`: its observations' fit when
+    already computed (curve.observed_fit)."""
+    key = cache_key("front", req, fit.source if fit is not None else "")
     if cache is not None and (hit := cache.get(key)) is not None:
         return hit
-    curve = scaling_curve(curve_request(req), budget, curves, solver)
+    curve = scaling_curve(curve_request(req), budget, curves, solver, fit)
     pts = points(req, curve)
     priced = all(c.price_per_gpu_hour > 0 for c in req.clusters)
     for p, on in zip(pts, non_dominated([(p.days, p.gpu_hours) for p in pts]), strict=True):

@@ -46,13 +46,39 @@ def prior_error() -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
+def _design(rows: list[tuple[float, float, float]]) -> np.ndarray:
+    """Rows (C, K, T_measured) as the fit's design matrix (C/T, K/T); its target is 1."""
+    return np.array([[c / t, k / t] for c, k, t in rows], dtype=float).reshape(-1, 2)
+
+
 def _solve(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
     """(c, m) for rows (C, K, T_measured)."""
-    x = np.array([[c / t, k / t] for c, k, t in rows], dtype=float).reshape(-1, 2)
+    x = _design(rows)
     lhs = x.T @ x + RIDGE * np.eye(2)
     rhs = x.T @ np.ones(len(rows)) + RIDGE * np.ones(2)
     c, m = np.linalg.solve(lhs, rhs)
     return max(float(c), MIN_FACTOR), max(float(m), MIN_FACTOR)
+
+
+def _leave_one_out(rows: list[tuple[float, float, float]]) -> np.ndarray:
+    """|predicted / measured - 1| of each row under the fit of the other rows, in time linear in
+    their number: removing row i from a ridge least squares moves its solution by
+    -A^-1 x_i e_i / (1 - h_ii), with A = X'X + ridge*I, e_i the row's residual and h_ii =
+    x_i' A^-1 x_i (the Sherman-Morrison formula; the residual e_i / (1 - h_ii) of Hastie,
+    Tibshirani & Friedman, The Elements of Statistical Learning, 2nd ed., section 7.10.1). The factors are then kept positive as `_solve` keeps them."""
+    x = _design(rows)
+    a_inv = np.linalg.inv(x.T @ x + RIDGE * np.eye(2))
+    beta = a_inv @ (x.T @ np.ones(len(rows)) + RIDGE * np.ones(2))
+    spread = x @ a_inv  # row i: (A^-1 x_i)'
+    leverage = np.einsum("ij,ij->i", spread, x)
+    residual = 1.0 - x @ beta
+    room = 1.0 - leverage
+    safe = room > 1e-6  # a row that alone decides a factor: solved again, as before
+    betas = beta - spread * np.where(safe, residual / np.where(safe, room, 1.0), 0.0)[:, None]
+    for i in np.flatnonzero(~safe):
+        betas[i] = _solve(rows[:i] + rows[i + 1 :])
+    betas = np.maximum(betas, MIN_FACTOR)
+    return np.abs(np.einsum("ij,ij->i", betas, x) - 1.0)
 
 
 @dataclass(frozen=True)
@@ -65,6 +91,9 @@ class Fit:
     residuals: list[float]  # predicted / measured - 1 per observation, after the fit
     observed: dict[str, tuple[int, int]]  # per cluster label: (fewest, most) GPUs observed
     prior: float | None
+    # a digest of the observations when they were fitted apart from the query that uses the fit
+    # (then left out of its request: the digest keys its answers instead)
+    source: str = ""
 
     def time(self, comp: float, comm: float) -> float:
         return self.compute_factor * comp + self.communication_factor * comm
@@ -84,14 +113,7 @@ def fit(rows: list[tuple[str, int, float, float, float]]) -> Fit:
     data = [(c, k, t) for _, _, c, k, t in rows]
     cf, mf = _solve(data)
     residuals = [(cf * c + mf * k) / t - 1 for c, k, t in data]
-    if len(data) >= 2:
-        loo = []
-        for i, (c, k, t) in enumerate(data):
-            ci, mi = _solve(data[:i] + data[i + 1 :])
-            loo.append(abs((ci * c + mi * k) / t - 1))
-        err = max(loo)
-    else:
-        err = prior_error() or 0.0
+    err = float(np.max(_leave_one_out(data))) if len(data) >= 2 else prior_error() or 0.0
     observed: dict[str, tuple[int, int]] = {}
     for cluster, n, *_ in rows:
         lo, hi = observed.get(cluster, (n, n))

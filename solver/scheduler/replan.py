@@ -30,6 +30,7 @@ from meshplan.solver.scheduler.validate import (
     check_batch,
     check_model,
     check_pins_for_model,
+    check_precision,
 )
 from meshplan.solver.schema import EvaluateRequest, ParallelConfig, SearchSpec
 
@@ -229,6 +230,7 @@ def replan(
         hw = resolve_cluster(req.cluster)
     except KeyError as err:
         raise SchedulerInputError("cluster.gpu", str(err.args[0])) from None
+    check_precision(req.training, [hw], "cluster", labels=False)
     level = req.compatibility
     if (
         req.checkpoint_reshard is CheckpointReshard.DP_ONLY

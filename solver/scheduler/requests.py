@@ -23,6 +23,9 @@ from meshplan.solver.schema import (
 
 MAX_CLUSTERS = 16
 MAX_CELLS = 4096  # cells per query (GPU types x counts)
+# Observations per query: each costs one evaluation per distinct (cluster, count, layout) and a
+# linear fit; 16,384 of them (~900 KiB on the wire) fit in a 1 MiB request.
+MAX_OBSERVATIONS = 16_384
 
 
 class ClusterTemplate(_Strict):
@@ -130,7 +133,9 @@ class CurveRequest(_Query):
     grid: CountGrid = Field(description="The GPU counts of every type.")
     batch: BatchPolicy = Field(description="The batch every cell trains.")
     observations: list[Observation] = Field(
-        default_factory=list, description="Measured step times that correct the curve."
+        default_factory=list,
+        description="Measured step times that correct the curve (at most 16,384).",
+        max_length=MAX_OBSERVATIONS,
     )
 
 
@@ -230,7 +235,9 @@ class AdmitRequest(_Query):
         description="Counts to consider (default: 1, 2, 4, ... then whole nodes up to max_gpus).",
     )
     observations: list[Observation] = Field(
-        default_factory=list, description="Measured step times that correct the estimates."
+        default_factory=list,
+        description="Measured step times that correct the estimates (at most 16,384).",
+        max_length=MAX_OBSERVATIONS,
     )
 
 
@@ -242,5 +249,7 @@ class FrontRequest(_Query):
     batch: BatchPolicy = Field(description="The batch every cell trains.")
     token_budget: int = Field(description="Tokens to train (tokens).", ge=1, le=2**62)
     observations: list[Observation] = Field(
-        default_factory=list, description="Measured step times that correct the estimates."
+        default_factory=list,
+        description="Measured step times that correct the estimates (at most 16,384).",
+        max_length=MAX_OBSERVATIONS,
     )

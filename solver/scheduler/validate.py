@@ -7,6 +7,7 @@ import re
 from meshplan.solver.arch import Arch, resolve_model
 from meshplan.solver.hardware import Hardware, resolve_cluster
 from meshplan.solver.planner import check_pins
+from meshplan.solver.profiles import check_request
 from meshplan.solver.scheduler.requests import (
     MAX_CELLS,
     MAX_CLUSTERS,
@@ -79,6 +80,19 @@ def check_clusters(clusters: list[ClusterTemplate], field: str = "clusters") -> 
             )
         seen[c.label] = i
     return [hardware_of(c, f"{field}[{i}]") for i, c in enumerate(clusters)]
+
+
+def check_precision(
+    training: TrainingSpec, hws: list[Hardware], field: str = "clusters", labels: bool = True
+) -> None:
+    """A precision that a GPU type (or the framework) cannot train in names the type: FP8 on a
+    GPU without FP8 tensor cores (an A100 in a mixed fleet) is bad input, not a cell's failure."""
+    for i, hw in enumerate(hws):
+        where = f"{field}[{i}].gpu" if labels else f"{field}.gpu"
+        try:
+            check_request(training.framework, training.precision, hw.name, hw.fp8)
+        except ValueError as err:
+            raise SchedulerInputError(where, str(err)) from None
 
 
 def _cap(template: ClusterTemplate) -> int:
@@ -198,13 +212,14 @@ def check_observations(
     observations: list[Observation], counts: dict[str, list[int]], field: str = "observations"
 ) -> None:
     """Each observation names a cell of the grid."""
+    grid = {label: set(ns) for label, ns in counts.items()}
     for i, ob in enumerate(observations):
         if ob.cluster not in counts:
             known = ", ".join(sorted(counts))
             raise SchedulerInputError(
                 f"{field}[{i}].cluster", f"{ob.cluster!r} is not a cluster template ({known})"
             )
-        if ob.num_gpus not in counts[ob.cluster]:
+        if ob.num_gpus not in grid[ob.cluster]:
             raise SchedulerInputError(
                 f"{field}[{i}].num_gpus",
                 f"{ob.num_gpus} is not in the grid of {ob.cluster} ({_short(counts[ob.cluster])})",
