@@ -137,7 +137,7 @@ def test_the_band_goes_through_the_proto() -> None:
     assert msg.performance.error_band.p90_error == pytest.approx(
         res.performance.error_band.p90_error
     )
-    back = from_proto(msg, PlanResult)
+    back = from_proto(msg, PlanResult, with_defaults=True)
     assert back.performance.error_band == res.performance.error_band
     json.dumps(res.model_dump(mode="json"))  # and the JSON
 
