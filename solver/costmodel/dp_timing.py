@@ -206,7 +206,18 @@ def _scaled(t: Term, f: float) -> Term:
     return Term(t.name, lambda lay, k, t=t: f * t.start(lay, k), t.sel, t.key, t.pv, t.te, t.db)
 
 
-def tax_terms(c: Ctx, R: Rates) -> list[Term]:
+def _inv_expert_group(te: tuple[int, ...]) -> Fraction:
+    """1/(ep·etp): a GPU's share of the experts (one function: terms of every stage share it)."""
+    return Fraction(1, te[1] * _etp(te))
+
+
+def _zero_stage(z: int) -> int:
+    """The key of the terms charged for one ZeRO stage: the stage itself (one function, so that
+    terms of every stage with equal factors are one group)."""
+    return z
+
+
+def tax_terms(c: Ctx, R: Rates, x: _Axes) -> list[Term]:
     """What overlapped dp traffic costs the compute it hides behind: its collectives' kernels
     hold SMs and memory bandwidth while the GEMMs run (NCCL runs one thread block per channel
     on an SM of its own), a share overlap_tax of the traffic's time, charged for the chosen ZeRO
@@ -214,14 +225,14 @@ def tax_terms(c: Ctx, R: Rates) -> list[Term]:
     credit, so traffic that nothing hides still costs its time once."""
     out = []
     tax = c.K.overlap_tax
-    for z in sorted(R.ov.dp_stages):
-        for t in dp_terms(c, R, z, taxed=False)[0]:
+    for z in sorted(R.ov.dp_stages) if tax else ():
+        for t in dp_terms(c, R, z, taxed=False, x=x)[0]:
             out.append(
                 Term(
                     t.name,
-                    lambda lay, on, t=t: tax * t.start(lay, None) if on else 0.0,
+                    lambda lay, zz, t=t, z=z: tax * t.start(lay, None) if zz == z else 0.0,
                     sel="z",
-                    key=lambda zz, z=z: zz == z,
+                    key=_zero_stage,
                     pv=t.pv,
                     te=t.te,
                     db=t.db,
@@ -233,25 +244,26 @@ def tax_terms(c: Ctx, R: Rates) -> list[Term]:
 def tail_terms(c: Ctx, R: Rates, x: _Axes) -> list[Term]:
     """The exposed dp tail of the chosen ZeRO stage where its traffic is overlapped (dp_terms
     credits it back, so the exposed dp time is max(tail, comm − credit))."""
-    out = []
-    for z in sorted(R.ov.dp_stages):
-        out.append(
-            Term(
-                "dp_comm",
-                lambda lay, on, z=z: per_rows(_tail, c, lay, R, z) if on else 0.0,
-                sel="z",
-                key=lambda zz, z=z: zz == z,
-                db=x.inv_bm,
-            )
+    return [
+        Term(
+            "dp_comm",
+            lambda lay, zz, z=z: per_rows(_tail, c, lay, R, z) if zz == z else 0.0,
+            sel="z",
+            key=_zero_stage,
+            db=x.inv_bm,
         )
-    return out
+        for z in sorted(R.ov.dp_stages)
+    ]
 
 
-def dp_terms(c: Ctx, R: Rates, z: int, taxed: bool = True) -> tuple[list[Term], list[Term]]:
+def dp_terms(
+    c: Ctx, R: Rates, z: int, taxed: bool = True, x: _Axes | None = None
+) -> tuple[list[Term], list[Term]]:
     """(comm, credit) terms per token for ZeRO stage z: exposed = max(0, comm − credit); where
-    it is overlapped, comm is (1 − overlap_tax) of the traffic (`taxed`; see tax_terms)."""
-    A, K, x = c.A, c.K, _Axes(c)
-    inv_group = lambda te: Fraction(1, te[1] * _etp(te))  # noqa: E731
+    it is overlapped, comm is (1 − overlap_tax) of the traffic (`taxed`; see tax_terms). `x`:
+    the factors to use (tax_terms passes the objective's, so that equal factors group)."""
+    A, K, x = c.A, c.K, x or _Axes(c)
+    inv_group = _inv_expert_group
 
     def comm_of(i: int, nb: float):  # noqa: ANN202
         return lambda lay, _: per_rows(_comm, c, lay, R, i, nb)

@@ -55,7 +55,7 @@ def objective_terms(c: Ctx, R: Rates) -> list[Term]:
     ]
     terms += optimizer_terms(c, R, fx, x.stage, x.inv_bm)
     terms += tail_terms(c, R, x)
-    terms += tax_terms(c, R)
+    terms += tax_terms(c, R, x)
     # Stragglers: every step ends in a collective that waits for the slowest GPU; with per-GPU
     # step times spread by jitter (a coefficient of variation), the slowest of n sits ~sqrt(2 ln
     # n) deviations above the mean (the expected maximum of n normal draws).
