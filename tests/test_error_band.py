@@ -156,3 +156,22 @@ def test_the_cli_table_prints_the_band() -> None:
     text = render_plan(req, res)
     e = res.performance.error_band
     assert f"p90 {e.p90_error:.1%}" in text and "published runs left out of the fit" in text
+
+
+def test_the_front_carries_the_band_in_days() -> None:
+    from meshplan.solver.scheduler import FrontRequest, training_front
+
+    req = FrontRequest.model_validate(
+        {
+            "model": SMALL,
+            "training": {"seq_len": 2048},
+            "batch": {"kind": "FIXED_GLOBAL", "global_batch_tokens": 2048 * 64},
+            "clusters": [{"gpu": "h100-sxm-80gb", "price_per_gpu_hour": 3.0}],
+            "grid": {"counts": [2, 4, 8]},
+            "token_budget": 10**9,
+        }
+    )
+    res = training_front(req)
+    assert res.points
+    for p in res.points:
+        assert 0 < p.days_fast < p.days < p.days_slow
