@@ -11,8 +11,9 @@ posteriori Levenberg-Marquardt fit of the pseudo-Huber log error of tokens/s, ea
 equally, each constant pulled weakly towards its physical prior). Prints the in-sample error per
 source and per category before (priors) and after, the constants with their priors and bounds
 (flagging any at a bound), and writes solver/costmodel/fitted.json, which every CostModel loads,
-with the hashes of the data it was fitted on. The out-of-sample figure is
-`python -m benchmarks fidelity`.
+with the hashes of the data it was fitted on and the leave-one-source-out residuals' summaries
+per category and kernel family (the error band every prediction carries,
+solver/costmodel/band.py). The full out-of-sample report is `python -m benchmarks fidelity`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,13 +32,21 @@ if str(ROOT) not in sys.path:  # run as a plain script from a checkout
     sys.path.insert(0, str(ROOT))
 
 from meshplan.solver.costmodel.constants import Constants  # noqa: E402
-from meshplan.tools.calibration.fit import PARAMS, fit, prepare  # noqa: E402
+from meshplan.tools.calibration.fit import (  # noqa: E402
+    PARAMS,
+    fit,
+    leave_one_source_out,
+    prepare,
+)
+from meshplan.tools.calibration.routing import PAIRS as ROUTING_PAIRS  # noqa: E402
+from meshplan.tools.calibration.routing import fit_load_cv  # noqa: E402
 from meshplan.tools.calibration.score import (  # noqa: E402
     DEFAULT_MEGATRON,
     DEFAULT_PUBLISHED,
     ErrorSummary,
     evaluate_runs,
     load_all,
+    loso_report,
     summarize_by_category,
     summarize_by_source,
 )
@@ -79,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-iter", type=int, default=40, help="Levenberg-Marquardt iterations")
     ap.add_argument("--dry-run", action="store_true", help="print, do not write")
     ap.add_argument(
+        "--jobs", type=int, default=2, help="processes for the leave-one-source-out fits"
+    )
+    ap.add_argument(
         "--no-tune",
         action="store_true",
         help="score runs at the sources' stated defaults, not at the best setting of the knobs "
@@ -107,6 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table(summarize_by_category(before), summarize_by_category(after), "category"))
     fitted = {p.name: p.get(k) for p in PARAMS}
+    cv, pairs = fit_load_cv(k)
+    k = replace(k, moe_load_cv=cv)
+    fitted["moe_load_cv"] = cv
+    print(
+        f"\nmoe_load_cv {cv:.3f} from the MoE model zoo's forced / dropless pairs "
+        "(tools/calibration/published/moezoo_dropless.json), dropless / forced step time:"
+    )
+    for measured, predicted in pairs:
+        print(f"  measured {measured:.3f}  predicted {predicted:.3f}")
     print("\nfitted constants (prior; bounds):")
     for p in PARAMS:
         flag = "   AT BOUND" if p.name in result.at_bound else ""
@@ -115,6 +137,18 @@ def main(argv: list[str] | None = None) -> int:
         )
     if result.at_bound:
         print(f"\nat a bound: {', '.join(result.at_bound)}")
+    t1 = time.perf_counter()
+    loso = leave_one_source_out(runs, jobs=a.jobs, max_iter=a.max_iter, tune=tune)
+    report = loso_report(loso)
+    print(
+        f"\nleave-one-source-out ({time.perf_counter() - t1:.0f} s; each source scored by a fit "
+        "on the others; the error band every prediction carries):"
+    )
+    for name, v in report["cells"].items():
+        print(
+            f"  {name:20s} {v['n_speed']:4d} runs  median {_fmt(v['mfu_median'])}  p90 "
+            f"{_fmt(v['mfu_p90'])}  signed {_fmt(v['mfu_bias'], True)}"
+        )
     if a.dry_run:
         return 0
     constants: dict[str, object] = {}
@@ -133,12 +167,14 @@ def main(argv: list[str] | None = None) -> int:
                 "published_runs.json": _sha256(a.published),
                 "megatron_h100_runs.json": _sha256(a.megatron),
                 "kempnerforge_runs.json": _sha256(KEMPNERFORGE),
+                "moezoo_dropless.json": _sha256(ROUTING_PAIRS),
             },
             "runs": len(runs),
             "unstated_knobs_tuned": tune,
             "loss": result.loss,
             "evaluations": result.evaluations,
             "priors": {p.name: p.get(prior) for p in PARAMS},
+            "moe_load_cv_pairs": [{"measured": m, "predicted": q} for m, q in pairs],
             "bounds": {p.name: [p.lo, p.hi] for p in PARAMS},
             "at_bound": list(result.at_bound),
             "in_sample_by_source": {
@@ -147,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             "in_sample_by_category": {
                 s: v.model_dump() for s, v in summarize_by_category(after).items()
             },
+            "loso": report,
         },
     }
     a.out.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -88,6 +88,22 @@ class TimeBreakdown(_Strict):
     optimizer_s: float = Field(description="Optimizer step (s).")
 
 
+class ErrorBand(_Strict):
+    """The expected error of a prediction, from published runs of its kind the fit never saw."""
+
+    category: str = Field(description="Which published runs the error is read from (words).")
+    scope: str = Field(description="cell (category and kernel family), category, or all.")
+    num_runs: int = Field(description="Published runs behind the figures (count).")
+    median_error: float = Field(description="Median |predicted / measured − 1| (fraction).")
+    p90_error: float = Field(description="90th percentile of that error (fraction).")
+    signed_median_error: float = Field(
+        description="Median predicted / measured − 1 (fraction; > 0: the model is optimistic)."
+    )
+    low_tokens_per_s: float = Field(description="Slow end: tokens/s / (1 + p90) (tokens/s).")
+    high_tokens_per_s: float = Field(description="Fast end: tokens/s / (1 − p90) (tokens/s).")
+    basis: str = Field(description="How the band is derived (words).")
+
+
 class Performance(_Strict):
     """Predicted speed of one step."""
 
@@ -102,6 +118,10 @@ class Performance(_Strict):
     model_flops_per_token: float = Field(description="Model FLOPs per token (FLOP).")
     bubble_fraction: float = Field(description="Bubble time over step time (fraction).")
     breakdown: TimeBreakdown = Field(description="Step time by component.")
+    error_band: ErrorBand | None = Field(
+        default=None,
+        description="Expected error of this prediction (absent when the shipped fit has none).",
+    )
 
 
 class SolverInfo(_Strict):

@@ -294,6 +294,14 @@ class TrainingSpec(_Strict):
             "profile's default."
         ),
     )
+    moe_router_force_balance: bool = Field(
+        default=False,
+        description=(
+            "Routing forced to spread tokens evenly over the experts, as benchmarks do (Megatron "
+            "--moe-router-force-load-balancing, or a capacity factor with padding); false: "
+            "dropless learned routing, whose busiest expert-parallel rank sets the pace."
+        ),
+    )
 
     @model_validator(mode="after")
     def _batch(self) -> TrainingSpec:

@@ -100,8 +100,13 @@ def test_fit_script_runs_and_its_output_loads(tmp_path: Path) -> None:
         "published_runs.json",
         "megatron_h100_runs.json",
         "kempnerforge_runs.json",
+        "moezoo_dropless.json",
     }
     assert doc["fit"]["runs"] == 105
+    loso = doc["fit"]["loso"]  # the residuals every prediction's error band reads
+    assert set(loso["categories"]) == {"BF16-dense", "FP8-dense", "MoE"}
+    assert loso["all"]["n_speed"] == 105
+    assert 0 < doc["constants"]["moe_load_cv"] < 4
     assert set(doc["fit"]["in_sample_by_category"]) >= {"BF16-dense", "FP8-dense", "MoE", "all"}
     res = evaluate_runs(load_kempnerforge(), k)
     assert all(0 < r.predicted_mfu < 1 for r in res)

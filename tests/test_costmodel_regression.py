@@ -53,6 +53,9 @@ PINNED = Constants(
     kappa0=30e-6,
     alpha_intra=3e-6,
     alpha_inter=8e-6,
+    moe_load_cv=1.4,
+    jitter=0.01,
+    overlap_tax=0.1,
 )
 
 H100, H200, A100, A40, B200, MI300 = (

@@ -48,7 +48,8 @@ def instances(draw: st.DrawFn) -> PlanRequest:
         model["moe"] = {
             "num_experts": e,
             "top_k": draw(st.integers(1, min(2, e))),
-            "expert_ffn_hidden_size": h,
+            # fine-grained experts (narrower than h) run at their narrow dim's GEMM rate
+            "expert_ffn_hidden_size": h // draw(st.sampled_from([1, 4])),
             "num_shared_experts": draw(st.integers(0, 1)),
         }
     moe = "moe" in model
@@ -64,6 +65,10 @@ def instances(draw: st.DrawFn) -> PlanRequest:
     training: dict = {"seq_len": seq, "framework": framework}
     if draw(st.integers(0, 4)) == 0:
         training["fused_attention"] = False
+    if moe:  # the expert group's placement, overlap and routing terms
+        training["ep_dispatch_dedup"] = draw(st.booleans())
+        training["ep_comm_overlap"] = draw(st.booleans())
+        training["moe_router_force_balance"] = draw(st.booleans())
     if draw(st.booleans()):
         training["critical_batch_tokens"] = seq * draw(st.sampled_from([8, 64, 4096]))
     else:

@@ -29,7 +29,7 @@ def _time_reference(cm: CostModel, p: Point, rows: Rows, i: int) -> dict[str, fl
     for name, x in zip(names, cm.objective.float_terms(p, rows, i), strict=True):
         out[name] += x
     comm, credit = cm.dp[p.z]
-    out["dp_comm"] = max(0.0, comm.float_value(p, rows, i) - credit.float_value(p, rows, i))
+    out["dp_comm"] += max(0.0, comm.float_value(p, rows, i) - credit.float_value(p, rows, i))
     return out
 
 

@@ -110,8 +110,30 @@ class TimeBreakdown(_message.Message):
     optimizer_s: float
     def __init__(self, compute_s: _Optional[float] = ..., recompute_s: _Optional[float] = ..., tp_comm_s: _Optional[float] = ..., cp_comm_s: _Optional[float] = ..., ep_comm_s: _Optional[float] = ..., pp_comm_s: _Optional[float] = ..., dp_comm_s: _Optional[float] = ..., bubble_s: _Optional[float] = ..., optimizer_s: _Optional[float] = ...) -> None: ...
 
+class ErrorBand(_message.Message):
+    __slots__ = ("category", "scope", "num_runs", "median_error", "p90_error", "signed_median_error", "low_tokens_per_s", "high_tokens_per_s", "basis")
+    CATEGORY_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    NUM_RUNS_FIELD_NUMBER: _ClassVar[int]
+    MEDIAN_ERROR_FIELD_NUMBER: _ClassVar[int]
+    P90_ERROR_FIELD_NUMBER: _ClassVar[int]
+    SIGNED_MEDIAN_ERROR_FIELD_NUMBER: _ClassVar[int]
+    LOW_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    HIGH_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BASIS_FIELD_NUMBER: _ClassVar[int]
+    category: str
+    scope: str
+    num_runs: int
+    median_error: float
+    p90_error: float
+    signed_median_error: float
+    low_tokens_per_s: float
+    high_tokens_per_s: float
+    basis: str
+    def __init__(self, category: _Optional[str] = ..., scope: _Optional[str] = ..., num_runs: _Optional[int] = ..., median_error: _Optional[float] = ..., p90_error: _Optional[float] = ..., signed_median_error: _Optional[float] = ..., low_tokens_per_s: _Optional[float] = ..., high_tokens_per_s: _Optional[float] = ..., basis: _Optional[str] = ...) -> None: ...
+
 class Performance(_message.Message):
-    __slots__ = ("step_time_s", "tokens_per_s", "mfu", "hfu", "global_batch_tokens", "num_gpus_used", "model_flops_per_token", "bubble_fraction", "breakdown")
+    __slots__ = ("step_time_s", "tokens_per_s", "mfu", "hfu", "global_batch_tokens", "num_gpus_used", "model_flops_per_token", "bubble_fraction", "breakdown", "error_band")
     STEP_TIME_S_FIELD_NUMBER: _ClassVar[int]
     TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
     MFU_FIELD_NUMBER: _ClassVar[int]
@@ -121,6 +143,7 @@ class Performance(_message.Message):
     MODEL_FLOPS_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     BUBBLE_FRACTION_FIELD_NUMBER: _ClassVar[int]
     BREAKDOWN_FIELD_NUMBER: _ClassVar[int]
+    ERROR_BAND_FIELD_NUMBER: _ClassVar[int]
     step_time_s: float
     tokens_per_s: float
     mfu: float
@@ -130,7 +153,8 @@ class Performance(_message.Message):
     model_flops_per_token: float
     bubble_fraction: float
     breakdown: TimeBreakdown
-    def __init__(self, step_time_s: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., mfu: _Optional[float] = ..., hfu: _Optional[float] = ..., global_batch_tokens: _Optional[int] = ..., num_gpus_used: _Optional[int] = ..., model_flops_per_token: _Optional[float] = ..., bubble_fraction: _Optional[float] = ..., breakdown: _Optional[_Union[TimeBreakdown, _Mapping]] = ...) -> None: ...
+    error_band: ErrorBand
+    def __init__(self, step_time_s: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., mfu: _Optional[float] = ..., hfu: _Optional[float] = ..., global_batch_tokens: _Optional[int] = ..., num_gpus_used: _Optional[int] = ..., model_flops_per_token: _Optional[float] = ..., bubble_fraction: _Optional[float] = ..., breakdown: _Optional[_Union[TimeBreakdown, _Mapping]] = ..., error_band: _Optional[_Union[ErrorBand, _Mapping]] = ...) -> None: ...
 
 class SolverInfo(_message.Message):
     __slots__ = ("status", "objective", "bound", "gap", "wall_time_s", "solve_time_s", "num_variables", "num_constraints", "num_layouts", "used_fallback", "objective_unit_s")

@@ -506,7 +506,7 @@ class TrainingFrontRequest(_message.Message):
     def __init__(self, model: _Optional[_Union[_spec_pb2.ModelSpec, _Mapping]] = ..., training: _Optional[_Union[_spec_pb2.TrainingSpec, _Mapping]] = ..., search: _Optional[_Union[_spec_pb2.SearchSpec, _Mapping]] = ..., options: _Optional[_Union[SchedulerOptions, _Mapping]] = ..., clusters: _Optional[_Iterable[_Union[ClusterTemplate, _Mapping]]] = ..., grid: _Optional[_Union[CountGrid, _Mapping]] = ..., batch: _Optional[_Union[BatchPolicy, _Mapping]] = ..., token_budget: _Optional[int] = ..., observations: _Optional[_Iterable[_Union[Observation, _Mapping]]] = ...) -> None: ...
 
 class FrontPoint(_message.Message):
-    __slots__ = ("cluster", "num_gpus", "num_gpus_used", "config", "days", "gpu_hours", "cost", "goodput_tokens_per_s", "binding_wall", "on_front_gpu_hours", "on_front_cost")
+    __slots__ = ("cluster", "num_gpus", "num_gpus_used", "config", "days", "gpu_hours", "cost", "goodput_tokens_per_s", "binding_wall", "on_front_gpu_hours", "on_front_cost", "days_fast", "days_slow")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
     NUM_GPUS_USED_FIELD_NUMBER: _ClassVar[int]
@@ -518,6 +518,8 @@ class FrontPoint(_message.Message):
     BINDING_WALL_FIELD_NUMBER: _ClassVar[int]
     ON_FRONT_GPU_HOURS_FIELD_NUMBER: _ClassVar[int]
     ON_FRONT_COST_FIELD_NUMBER: _ClassVar[int]
+    DAYS_FAST_FIELD_NUMBER: _ClassVar[int]
+    DAYS_SLOW_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     num_gpus: int
     num_gpus_used: int
@@ -529,7 +531,9 @@ class FrontPoint(_message.Message):
     binding_wall: _result_pb2.Wall
     on_front_gpu_hours: bool
     on_front_cost: bool
-    def __init__(self, cluster: _Optional[str] = ..., num_gpus: _Optional[int] = ..., num_gpus_used: _Optional[int] = ..., config: _Optional[_Union[_spec_pb2.ParallelConfig, _Mapping]] = ..., days: _Optional[float] = ..., gpu_hours: _Optional[float] = ..., cost: _Optional[float] = ..., goodput_tokens_per_s: _Optional[float] = ..., binding_wall: _Optional[_Union[_result_pb2.Wall, str]] = ..., on_front_gpu_hours: _Optional[bool] = ..., on_front_cost: _Optional[bool] = ...) -> None: ...
+    days_fast: float
+    days_slow: float
+    def __init__(self, cluster: _Optional[str] = ..., num_gpus: _Optional[int] = ..., num_gpus_used: _Optional[int] = ..., config: _Optional[_Union[_spec_pb2.ParallelConfig, _Mapping]] = ..., days: _Optional[float] = ..., gpu_hours: _Optional[float] = ..., cost: _Optional[float] = ..., goodput_tokens_per_s: _Optional[float] = ..., binding_wall: _Optional[_Union[_result_pb2.Wall, str]] = ..., on_front_gpu_hours: _Optional[bool] = ..., on_front_cost: _Optional[bool] = ..., days_fast: _Optional[float] = ..., days_slow: _Optional[float] = ...) -> None: ...
 
 class FrontCluster(_message.Message):
     __slots__ = ("cluster", "largest_useful_gpus", "reason", "critical_batch_gpus")

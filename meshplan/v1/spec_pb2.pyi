@@ -100,7 +100,7 @@ class ClusterSpec(_message.Message):
     def __init__(self, gpu: _Optional[str] = ..., num_gpus: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., hbm_gib: _Optional[float] = ..., peak_bf16_tflops: _Optional[float] = ..., intra_node_gbps: _Optional[float] = ..., inter_node_gbps: _Optional[float] = ...) -> None: ...
 
 class TrainingSpec(_message.Message):
-    __slots__ = ("seq_len", "global_batch_tokens", "critical_batch_tokens", "precision", "framework", "train_tokens", "fused_attention", "grad_reduce_in_bf16", "tp_comm_overlap", "dp_comm_overlap", "cp_comm_overlap", "ep_comm_overlap", "ep_dispatch_dedup")
+    __slots__ = ("seq_len", "global_batch_tokens", "critical_batch_tokens", "precision", "framework", "train_tokens", "fused_attention", "grad_reduce_in_bf16", "tp_comm_overlap", "dp_comm_overlap", "cp_comm_overlap", "ep_comm_overlap", "ep_dispatch_dedup", "moe_router_force_balance")
     SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CRITICAL_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +114,7 @@ class TrainingSpec(_message.Message):
     CP_COMM_OVERLAP_FIELD_NUMBER: _ClassVar[int]
     EP_COMM_OVERLAP_FIELD_NUMBER: _ClassVar[int]
     EP_DISPATCH_DEDUP_FIELD_NUMBER: _ClassVar[int]
+    MOE_ROUTER_FORCE_BALANCE_FIELD_NUMBER: _ClassVar[int]
     seq_len: int
     global_batch_tokens: int
     critical_batch_tokens: int
@@ -127,7 +128,8 @@ class TrainingSpec(_message.Message):
     cp_comm_overlap: bool
     ep_comm_overlap: bool
     ep_dispatch_dedup: bool
-    def __init__(self, seq_len: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ..., critical_batch_tokens: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., framework: _Optional[_Union[Framework, str]] = ..., train_tokens: _Optional[int] = ..., fused_attention: _Optional[bool] = ..., grad_reduce_in_bf16: _Optional[bool] = ..., tp_comm_overlap: _Optional[bool] = ..., dp_comm_overlap: _Optional[bool] = ..., cp_comm_overlap: _Optional[bool] = ..., ep_comm_overlap: _Optional[bool] = ..., ep_dispatch_dedup: _Optional[bool] = ...) -> None: ...
+    moe_router_force_balance: bool
+    def __init__(self, seq_len: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ..., critical_batch_tokens: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., framework: _Optional[_Union[Framework, str]] = ..., train_tokens: _Optional[int] = ..., fused_attention: _Optional[bool] = ..., grad_reduce_in_bf16: _Optional[bool] = ..., tp_comm_overlap: _Optional[bool] = ..., dp_comm_overlap: _Optional[bool] = ..., cp_comm_overlap: _Optional[bool] = ..., ep_comm_overlap: _Optional[bool] = ..., ep_dispatch_dedup: _Optional[bool] = ..., moe_router_force_balance: _Optional[bool] = ...) -> None: ...
 
 class ParallelConfig(_message.Message):
     __slots__ = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches", "zero_stage", "recompute", "sequence_parallel", "etp")

@@ -50,7 +50,21 @@ class Constants:
     eps_tp: float = 0.2  # exposed share of tp traffic when overlapped with the GEMMs
     eps_cp: float = 0.2  # exposed share of the ring K/V exchange when overlapped
     eps_ep: float = 0.3  # exposed share of the expert all-to-all when overlapped
+    # Coefficient of variation of the experts' token loads under dropless learned routing with
+    # the auxiliary balancing loss (rates.py imbalance): what the Megatron MoE model zoo's
+    # Qwen3-235B-A22B runs lose without --moe-router-force-load-balancing (yanring/Megatron-MoE-
+    # ModelZoo @ e865051 best_practice/qwen3/readme.md, Long Context: 237 against 295 TFLOP/s at
+    # 16K, 357 against 389 at 128K); scripts/fit_constants.py derives it from those pairs.
+    moe_load_cv: float = 1.4
     omega: float = 0.8  # share of the overlappable compute that hides dp/FSDP traffic
+    # Share of overlapped dp/FSDP traffic's time that the compute it hides behind loses: NCCL
+    # runs one thread block per channel, each holding an SM, and its copies take memory
+    # bandwidth (dp_timing.py tax_terms); the prior, a tenth, is a guess the fit replaces.
+    overlap_tax: float = 0.1
+    # Coefficient of variation of one GPU's step time (clocks, thermals, OS noise, network
+    # contention): the step waits for the slowest GPU (rates.py straggle). The prior (1%) is a
+    # guess the fit replaces: scaling series identify it (their loss grows with sqrt(2 ln n)).
+    jitter: float = 0.01
     link_eff: float = 0.8  # achievable share of nominal link bandwidth (NCCL bus bandwidth)
     kappa0: float = 30e-6  # fixed cost per layer per micro-batch: launches, small kernels (s)
     alpha_intra: float = 3e-6  # latency per step of an in-node ring, or per message (s)

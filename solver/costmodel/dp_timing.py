@@ -14,6 +14,7 @@ from meshplan.solver.costmodel.point import (
     column,
     dp_cp,
     maximum,
+    minimum,
     per_rows,
     pick,
     tp_dp_cp,
@@ -181,10 +182,88 @@ def _dp_latency(c: Ctx, R: Rates, z: int, x: _Axes) -> list[Term]:
     return [Term("dp_comm", layer, pv=x.stage, db=db), Term("dp_comm", rest, db=db)]
 
 
-def dp_terms(c: Ctx, R: Rates, z: int) -> tuple[list[Term], list[Term]]:
-    """(comm, credit) terms per token for ZeRO stage z: exposed = max(0, comm − credit)."""
-    A, K, x = c.A, c.K, _Axes(c)
-    inv_group = lambda te: Fraction(1, te[1] * _etp(te))  # noqa: E731
+def _tail(c: Ctx, lay: LayoutOrRows, R: Rates, z: int) -> np.ndarray:
+    """Seconds per micro-batch of the dp traffic no overlap can hide (times 1/(dp·s)): the last
+    bucket's gradient reduction starts after the last micro-batch's backward, and the next
+    step's first forward waits for its first bucket's parameters (Megatron-LM @ d98e8a6
+    distributed/param_and_grad_buffer.py: a bucket's collective starts once its last gradient is
+    ready; finish_grad_sync waits for the last); under ZeRO-3 one layer's gather and reduction
+    (FSDP's first unit and last reduce-scatter). One bucket: Megatron's max(4e7, 1e6·dp·cp)
+    elements, at most the stage's parameters."""
+    per_layer = dp_params(c, lay)[0]
+    if z == 3:
+        elems = per_layer
+    else:
+        stage = per_layer * c.A.L / lay.pp + dp_params(c, lay)[2]
+        elems = minimum(column(_buckets_of, lay), stage)
+    nb = 2.0 * c.gb if z == 0 else float(c.gb + c.wb)  # an all-reduce, or RS + AG
+    return elems * per_rows(_coef, c, lay, R, nb, False) + per_rows(_coll, R, lay, z == 0) * (
+        per_rows(_per_mb, c, lay)
+    )
+
+
+def _scaled(t: Term, f: float) -> Term:
+    return Term(t.name, lambda lay, k, t=t: f * t.start(lay, k), t.sel, t.key, t.pv, t.te, t.db)
+
+
+def _inv_expert_group(te: tuple[int, ...]) -> Fraction:
+    """1/(ep·etp): a GPU's share of the experts (one function: terms of every stage share it)."""
+    return Fraction(1, te[1] * _etp(te))
+
+
+def _zero_stage(z: int) -> int:
+    """The key of the terms charged for one ZeRO stage: the stage itself (one function, so that
+    terms of every stage with equal factors are one group)."""
+    return z
+
+
+def tax_terms(c: Ctx, R: Rates, x: _Axes) -> list[Term]:
+    """What overlapped dp traffic costs the compute it hides behind: its collectives' kernels
+    hold SMs and memory bandwidth while the GEMMs run (NCCL runs one thread block per channel
+    on an SM of its own), a share overlap_tax of the traffic's time, charged for the chosen ZeRO
+    stage where it is overlapped; dp_terms times the rest, (1 − overlap_tax) of it, against the
+    credit, so traffic that nothing hides still costs its time once."""
+    out = []
+    tax = c.K.overlap_tax
+    for z in sorted(R.ov.dp_stages) if tax else ():
+        for t in dp_terms(c, R, z, taxed=False, x=x)[0]:
+            out.append(
+                Term(
+                    t.name,
+                    lambda lay, zz, t=t, z=z: tax * t.start(lay, None) if zz == z else 0.0,
+                    sel="z",
+                    key=_zero_stage,
+                    pv=t.pv,
+                    te=t.te,
+                    db=t.db,
+                )
+            )
+    return out
+
+
+def tail_terms(c: Ctx, R: Rates, x: _Axes) -> list[Term]:
+    """The exposed dp tail of the chosen ZeRO stage where its traffic is overlapped (dp_terms
+    credits it back, so the exposed dp time is max(tail, comm − credit))."""
+    return [
+        Term(
+            "dp_comm",
+            lambda lay, zz, z=z: per_rows(_tail, c, lay, R, z) if zz == z else 0.0,
+            sel="z",
+            key=_zero_stage,
+            db=x.inv_bm,
+        )
+        for z in sorted(R.ov.dp_stages)
+    ]
+
+
+def dp_terms(
+    c: Ctx, R: Rates, z: int, taxed: bool = True, x: _Axes | None = None
+) -> tuple[list[Term], list[Term]]:
+    """(comm, credit) terms per token for ZeRO stage z: exposed = max(0, comm − credit); where
+    it is overlapped, comm is (1 − overlap_tax) of the traffic (`taxed`; see tax_terms). `x`:
+    the factors to use (tax_terms passes the objective's, so that equal factors group)."""
+    A, K, x = c.A, c.K, x or _Axes(c)
+    inv_group = _inv_expert_group
 
     def comm_of(i: int, nb: float):  # noqa: ANN202
         return lambda lay, _: per_rows(_comm, c, lay, R, i, nb)
@@ -211,6 +290,8 @@ def dp_terms(c: Ctx, R: Rates, z: int) -> tuple[list[Term], list[Term]]:
     comm += _dp_latency(c, R, z, x)
     if z not in R.ov.dp_stages:
         return comm, credit
+    if taxed and K.overlap_tax:
+        comm = [_scaled(t, 1.0 - K.overlap_tax) for t in comm]  # tax_terms charge the rest
     # What hides it (Megatron --overlap-grad-reduce / --overlap-param-gather, FSDP prefetch):
     # the last micro-batch's backward (z0), and the next step's first forward (z1), every
     # backward (z2), every forward and backward (z3), at overlap efficiency omega.
@@ -232,4 +313,6 @@ def dp_terms(c: Ctx, R: Rates, z: int) -> tuple[list[Term], list[Term]]:
             db=fix_db,
         )
     )
+    # the tail the objective charges (tail_terms) is not charged twice
+    credit.append(Term("dp_credit", lambda lay, _: per_rows(_tail, c, lay, R, z), db=x.inv_bm))
     return comm, credit

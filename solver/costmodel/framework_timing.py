@@ -21,6 +21,7 @@ class Overlaps:
     ep_dedup: bool = False
     cp_ring: bool = True
     ep_needs_chunks: bool = False  # the ep overlap runs only with v > 1 (pp > 1), no full recompute
+    ep_balanced: bool = False  # routing forced to balance: every ep rank gets the mean load
 
     def ep_runs(self, pp: int, v: int, full_recompute: bool) -> bool:
         """Whether the ep overlap holds on this layout (else the all-to-all is exposed)."""
@@ -47,4 +48,5 @@ def overlaps_for(training: TrainingSpec) -> Overlaps:
         ep_dedup=pick(training.ep_dispatch_dedup, f.ep_dedup),
         cp_ring=f.cp_ring,
         ep_needs_chunks=f.ep_overlap_needs_chunks,
+        ep_balanced=training.moe_router_force_balance,
     )

@@ -12,6 +12,7 @@ from weakref import WeakKeyDictionary
 import numpy as np
 
 from meshplan.solver.arch import Arch
+from meshplan.solver.costmodel.band import error_band
 from meshplan.solver.costmodel.constants import Constants, load_constants
 from meshplan.solver.costmodel.context import Ctx, Recipe, recipe_for, reserve_default
 from meshplan.solver.costmodel.factors import Fractions
@@ -307,7 +308,7 @@ class CostModel:
         for k, c in enumerate((comm, credit)):
             for _, x in self._float_terms(c, axes, rows, i):
                 sums[k] += x
-        out["dp_comm"] = max(0.0, sums[0] - sums[1])
+        out["dp_comm"] += max(0.0, sums[0] - sums[1])  # the tail and stragglers: objective
         return out
 
     def _float_terms(
@@ -359,6 +360,9 @@ class CostModel:
             model_flops_per_token=flops_tok,
             bubble_fraction=bd.bubble_s / step,
             breakdown=bd,
+            error_band=error_band(
+                self.arch.is_moe, self.training.precision, self.training.framework, tps
+            ),
         )
 
     def memory_bill(self, p: Point, rows: Rows | None = None, i: int = 0) -> MemoryBill:

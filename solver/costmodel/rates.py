@@ -47,6 +47,13 @@ ELEM_ACT = 3
 UNFUSED_SCORE_PASSES = 10
 GEMM_REF_H = 8192  # hidden size at which eta is the GEMM rate (constants.py gemm_h0)
 BUCKET = 40_000_000  # dp bucket (elements): Megatron DDP max(4e7, 1e6·dp) (distributed/ddp)
+# The router's passes over its E logits per token, fp32 (--moe-router-dtype fp32): the logits
+# written, softmax (read, write), top-k (read), the probabilities scattered (write) and the
+# load-balancing loss's softmax and sum (read, write, read) forward, as many backward
+# (Megatron-LM @ d98e8a6 transformer/moe/router.py TopKRouter.routing, moe_utils.topk_softmax_
+# with_capacity and switch_load_balancing_loss_func).
+ROUTER_PASSES = 16
+ROUTER_BYTES = 4
 
 
 def _etp(te: tuple[int, ...]) -> int:
@@ -79,7 +86,11 @@ class Rates:
         # Routed experts run one GEMM per local expert (Megatron-LM @ 1e05700 moe/experts.py
         # TEGroupedMLP: TE GroupedLinear over m_splits = tokens_per_expert), of m tokens: the
         # same law over m, m/(m + gemm_h0) relative to m = GEMM_REF_H; expert_tail_ref the h0.
+        # Their other dims are h and the expert width fe: a fine-grained expert (fe < h) runs
+        # at the law's rate of its narrowest dim, fe instead of h.
         self.rate_expert = self.rate_gemm * (GEMM_REF_H + K.gemm_h0) / GEMM_REF_H
+        if A.is_moe and A.fe < A.h:
+            self.rate_expert *= A.fe * (A.h + K.gemm_h0) / (A.h * (A.fe + K.gemm_h0))
         self.rate_attn = H.peak_bf16 * eta * K.attention(family)  # BF16 flash attention
         self.moe = A.n_moe_layers / A.L
         self.dense = A.n_dense_layers / A.L
@@ -179,9 +190,11 @@ class Rates:
         A = self.c.A
         h_part = ELEM_H * A.h / pick(lay.sp, lay.tp, 1)
         act = self.dense * self.gate * A.f
+        router = 0.0
         if A.is_moe:
             act += self.moe * self.gate * A.fe * (A.top_k + A.shared)
-        return ACT_BYTES * (h_part + ELEM_ACT * act / lay.tp) / self.c.H.hbm_bw
+            router = self.moe * ROUTER_PASSES * A.E * ROUTER_BYTES / lay.tp
+        return (ACT_BYTES * (h_part + ELEM_ACT * act / lay.tp) + router) / self.c.H.hbm_bw
 
     @rowwise
     def expert_traffic_ref(self, lay: LayoutOrRows) -> np.ndarray | float:
@@ -280,23 +293,41 @@ class Rates:
         outside = ep - 1 - inside
         into, out = copies * inside / ep, copies * outside / ep
         if self.ov.ep_dedup and outside:
-            # One copy per remote node that holds any of the token's experts, forwarded there
-            # over NVLink (DeepEP, Zhao et al. 2025): E[remote nodes hit] by top_k of E experts.
+            # Hierarchical (DeepEP, Zhao et al. 2025): one InfiniBand copy per remote node that
+            # holds any of the token's experts (E[remote nodes hit] by top_k of E experts), then
+            # the intra-node hop: the node's NVLink forwarder passes every copy on to its
+            # expert's GPU (DeepEP @ dd758ca csrc/kernels/legacy/internode.cu dispatch:
+            # kRDMASender -> kRDMAAndNVLForwarder -> kNVLReceivers; combine the reverse). The
+            # forwarder passes chunks on as they arrive, so the slower of the two hops sets the
+            # pace: DeepEP's own internode figures are RDMA-bound (docs/legacy.md, EP 16-64: 43-58
+            # GB/s RDMA on ~50 GB/s NICs), its intranode ones NVLink-bound (153 GB/s).
             nodes = -(-span // H.gpn)
             miss = math.comb(A.E - A.E // nodes, A.top_k) / math.comb(A.E, A.top_k)
             out = 4 * A.h * ACT_BYTES / tp * (nodes - 1) * (1 - miss)
-            into = copies * (ep - 1) / ep
-        t = max(into / self.bw(1), out / self.bw(H.gpn + 1))
+            t = max(out / self.bw(H.gpn + 1), copies * (ep - 1) / ep / self.bw(1))
+        else:  # a flat all-to-all: in-node and inter-node peers at once (NCCL)
+            t = max(into / self.bw(1), out / self.bw(H.gpn + 1))
         if etp > 1:
             t += 4 * A.top_k * A.h * ACT_BYTES * (etp - 1) / tp / self.bw(etp)
-        return self.moe * t
+        return self.moe * t * (1 + self.imbalance(te))  # the busiest rank's tokens
+
+    def imbalance(self, te: tuple[int, ...]) -> float:
+        """Excess of the busiest ep rank's routed tokens over the mean, under unforced routing:
+        a rank holds E/ep experts whose loads vary with coefficient moe_load_cv, so its load
+        varies with moe_load_cv·sqrt(ep/E), and the largest of ep ranks sits ~sqrt(2 ln ep)
+        deviations above the mean (the expected maximum of ep normal draws); 0 when routing
+        is forced to balance (Megatron --moe-router-force-load-balancing) or ep = 1."""
+        ep, A = te[1], self.c.A
+        if ep == 1 or self.ov.ep_balanced:
+            return 0.0
+        return self.c.K.moe_load_cv * math.sqrt(ep / A.E) * math.sqrt(2 * math.log(ep))
 
     def permute(self, te: tuple[int, ...]) -> float:
         """Token permutation and unpermutation around the experts, forward and backward: memory
         bound, (1 + top_k)·h read and written per token (Megatron's moe_utils.permute)."""
         A = self.c.A
         per = 2 * 2 * 2 * (1 + A.top_k) * A.h * ACT_BYTES * _etp(te) / te[0]
-        return self.moe * per / self.c.H.hbm_bw
+        return self.moe * per * (1 + self.imbalance(te)) / self.c.H.hbm_bw
 
     def ep_exposed(
         self, te: tuple[int, ...], attn: float, experts: float, overlap: bool | None = None
@@ -331,6 +362,21 @@ class Rates:
         vol = 0.0 if self.ov.pp else 2 * width / self.bw(lay.gpus)
         first = lay.pp == 1
         return pick(first, 0.0, vol), pick(first, 0.0, 2 * self.alpha(lay.gpus))
+
+    # -- scale ------------------------------------------------------------------------------
+    @rowwise
+    def straggle(self, lay: LayoutOrRows) -> np.ndarray | float:
+        """jitter·sqrt(2 ln n) of n = the layout's GPUs: the slowest GPU's excess over the mean
+        step, as a share of the step's compute (math.log per distinct count: the same bits for
+        a row alone or among others)."""
+        g = lay.gpus
+        if isinstance(g, np.ndarray):
+            uniq, inv = np.unique(g, return_inverse=True)
+            return np.array([self._straggle(int(u)) for u in uniq.tolist()])[inv]
+        return self._straggle(int(g))
+
+    def _straggle(self, n: int) -> float:
+        return self.c.K.jitter * math.sqrt(2 * math.log(n)) if n > 1 else 0.0
 
     # -- per layer totals ---------------------------------------------------------------------
     @rowwise

@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 
 from meshplan.solver.costmodel.context import Ctx
-from meshplan.solver.costmodel.dp_timing import dp_terms, optimizer_terms
+from meshplan.solver.costmodel.dp_timing import dp_terms, optimizer_terms, tail_terms, tax_terms
 from meshplan.solver.costmodel.point import LayoutOrRows
 from meshplan.solver.costmodel.rates import Rates, _etp
 from meshplan.solver.costmodel.terms import Term
@@ -54,6 +54,18 @@ def objective_terms(c: Ctx, R: Rates) -> list[Term]:
         Term("compute", lambda lay, _: c.K.kappa0 * fx(lay), db=x.inv_b),
     ]
     terms += optimizer_terms(c, R, fx, x.stage, x.inv_bm)
+    terms += tail_terms(c, R, x)
+    terms += tax_terms(c, R, x)
+    # Stragglers: every step ends in a collective that waits for the slowest GPU; with per-GPU
+    # step times spread by jitter (a coefficient of variation), the slowest of n sits ~sqrt(2 ln
+    # n) deviations above the mean (the expected maximum of n normal draws).
+    terms.append(
+        Term(
+            "dp_comm",
+            lambda lay, _: R.straggle(lay) * R.compute_traffic(lay) * pt(lay),
+            pv=x.stage,
+        )
+    )
     return terms
 
 
@@ -82,6 +94,9 @@ def _moe_terms(c: Ctx, R: Rates, x: _Axes) -> list[Term]:
     else:
         _pair(terms, "ep_comm", lambda lay, _: unit * pt(lay), x, True, te=exposed)
     _pair(terms, "compute", lambda lay, _: unit * pt(lay), x, True, te=permute)
+    # the busiest ep rank's extra routed tokens through the experts' GEMMs (unforced routing)
+    excess = lambda te: _ratio(R.imbalance(te))  # noqa: E731
+    _pair(terms, "compute", lambda lay, _: R.expert_gemm(lay) * pt(lay), x, True, te=excess)
     _pair(terms, "compute", lambda lay, _: R.expert_traffic_ref(lay) * pt(lay), x, True, te=etp)
     _pair(
         terms,

@@ -225,6 +225,12 @@ class FrontPoint(_Strict):
     binding_wall: Wall = Field(description="What stops the next step up.")
     on_front_gpu_hours: bool = Field(description="Not dominated in (days, GPU-hours).")
     on_front_cost: bool = Field(description="Not dominated in (days, cost); false without prices.")
+    days_fast: float = Field(
+        default=0.0, description="Days at the fast end of the cell's error band (days; 0: none)."
+    )
+    days_slow: float = Field(
+        default=0.0, description="Days at the slow end of the cell's error band (days; 0: none)."
+    )
 
 
 class FrontCluster(_Strict):

@@ -149,8 +149,9 @@ def _cell(label: str, n: int, out: CellOutcome, batch: BatchPolicy, f: Fit | Non
     res = out.result
     perf, mem = res.performance, res.memory
     model_t = perf.step_time_s
-    if f is None:
-        step, (half, extrap) = model_t, (prior_error() or 0.0, False)
+    if f is None:  # the cost model's own expected error for a plan of this kind
+        own = perf.error_band.p90_error if perf.error_band else prior_error()
+        step, (half, extrap) = model_t, (own or 0.0, False)
     else:
         step, (half, extrap) = f.time(*split(perf.breakdown)), f.band(label, n)
     tokens = perf.global_batch_tokens
@@ -260,7 +261,9 @@ def _summary(label: str, gpu: str, gpn: int, cells: list[Cell], gain: float) -> 
 def _band_source(f: Fit | None) -> str:
     p = prior_error()
     prior = (
-        f"the cost model's p90 MFU error over its calibration runs ({p:.1%})"
+        "each cell's expected error: the p90 of the cost model's leave-one-source-out error of "
+        "tokens/s over published runs of its category and kernel family (over all runs: "
+        f"{p:.1%})"
         if p is not None
         else "none (the cost model's fit report carries no error)"
     )

@@ -64,6 +64,11 @@ def points(req: FrontRequest, curve: CurveResult) -> list[FrontPoint]:
         seen.add(ident)
         secs = req.token_budget / c.goodput_tokens_per_s
         gh = c.num_gpus_used * secs / 3600
+        # the band scales goodput as it scales tokens/s (the same statistical efficiency)
+        fast, slow = (
+            (secs * c.tokens_per_s / x / DAY if x > 0 else 0.0)
+            for x in (c.band_high_tokens_per_s, c.band_low_tokens_per_s)
+        )
         out.append(
             FrontPoint(
                 cluster=c.cluster,
@@ -77,6 +82,8 @@ def points(req: FrontRequest, curve: CurveResult) -> list[FrontPoint]:
                 binding_wall=c.binding_wall,
                 on_front_gpu_hours=False,
                 on_front_cost=False,
+                days_fast=fast,
+                days_slow=slow,
             )
         )
     return out

@@ -9,14 +9,13 @@ cannot tell apart (one observation, or no communication in any of them).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
 import numpy as np
 
+from meshplan.solver.costmodel.band import loso_report
 from meshplan.solver.results import TimeBreakdown
 
 RIDGE = 1e-6  # weight of the prior (c, m) = (1, 1) against one observation's squared error
@@ -36,13 +35,11 @@ def split(b: TimeBreakdown) -> tuple[float, float]:
 
 @cache
 def prior_error() -> float | None:
-    """The cost model's p90 relative MFU error over the published runs it was fitted to (read
-    from fitted.json's fit report), or None when the report does not carry it."""
-    try:
-        text = resources.files("meshplan.solver.costmodel").joinpath("fitted.json").read_text()
-        value = json.loads(text)["fit"]["errors_after"]["all"]["mfu_p90"]
-    except (FileNotFoundError, KeyError, TypeError, ValueError):
-        return None
+    """The cost model's p90 relative error of tokens/s over the published runs, each scored by
+    constants fitted without its source (fitted.json's `fit.loso`), or None when the shipped fit
+    carries no such report."""
+    rep = loso_report()
+    value = (rep or {}).get("all", {}).get("mfu_p90")
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 

@@ -65,6 +65,8 @@ PARAMS = (
     Param("eps_cp", 0.0, 1.0, 0.5),
     Param("eps_ep", 0.0, 1.0, 0.5),
     Param("omega", 0.0, 1.0, 0.5),
+    Param("jitter", 0.0, 0.05, 0.5),  # identified by the scaling series (sqrt(2 ln n))
+    Param("overlap_tax", 0.0, 0.5, 0.5),
     Param("link_eff", 0.40, 1.00, 0.3),  # NCCL bus bandwidth is well measured (~0.8 of links)
     Param("kappa0", 0.0, 300e-6),
     Param("alpha_inter", 1e-6, 30e-6, 0.5),

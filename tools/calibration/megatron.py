@@ -126,6 +126,8 @@ def _run_from_megatron(rec: dict[str, Any]) -> CalibrationRun:
         dp_comm_overlap=True,
         ep_comm_overlap=(ep > 1 and "overlap" in rid) if moe else None,
         ep_dispatch_dedup=("deepep" in (rid + (par["notes"] or "")).lower()) if moe else None,
+        # the zoo's runs force-balance the routing; Grok-1's recipe pads to capacity 1.0
+        moe_router_force_balance=bool(moe),
         # NeMo's distributed_fused_adam reduces gradients in bf16 (grad_sync_dtype: bf16 in
         # NVIDIA/dgxc-benchmarking @ 0b71cfd llama3.1/llama3.1_*.yaml)
         grad_reduce_in_bf16=src in ("nemo2407", "dgxc2502"),

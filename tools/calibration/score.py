@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel import CostModel, Point
+from meshplan.solver.costmodel.band import cell_key, family_of
 from meshplan.solver.costmodel.constants import Constants
 from meshplan.solver.costmodel.context import recipe_for
 from meshplan.solver.hardware import GIB, resolve_cluster
@@ -63,6 +64,8 @@ __all__ = [
     "megatron_flops_per_token",
     "summarize",
     "summarize_by_category",
+    "summarize_by_family",
+    "loso_report",
     "summarize_by_source",
     "with_constants",
 ]
@@ -78,6 +81,7 @@ class RunResult(_Strict):
     id: str = Field(description="Run identifier.")
     source: str = Field(description="Source group.")
     category: str = Field(description="BF16-dense, FP8-dense or MoE.")
+    family: str = Field(description="Kernel family of the run's framework profile: TE or TORCH.")
     published_mfu: float = Field(description="Published speed as MFU in our convention.")
     predicted_mfu: float = Field(description="Cost model's MFU at the published layout.")
     mfu_error: float = Field(description="predicted / published − 1 (same for tokens/s).")
@@ -131,6 +135,7 @@ def evaluate_run(
         id=run.id,
         source=run.source,
         category=run.category,
+        family=family_of(run.training.framework),
         published_mfu=pub_mfu,
         predicted_mfu=perf.mfu,
         mfu_error=perf.mfu / pub_mfu - 1,
@@ -205,6 +210,29 @@ def summarize_by_category(results: Sequence[RunResult]) -> dict[str, ErrorSummar
     }
     out["all"] = summarize(results)
     return out
+
+
+def summarize_by_family(results: Sequence[RunResult]) -> dict[str, ErrorSummary]:
+    """One summary per kernel family of the runs' frameworks (TE, TORCH) and one for all."""
+    fams = sorted({r.family for r in results})
+    out = {f: summarize([r for r in results if r.family == f]) for f in fams}
+    out["all"] = summarize(results)
+    return out
+
+
+def loso_report(results: Sequence[RunResult]) -> dict[str, Any]:
+    """The leave-one-source-out residuals' summaries that solver/costmodel/band.py reads: per
+    cell (category × kernel family), per category, per family, and over all runs."""
+    cells: dict[str, list[RunResult]] = {}
+    for r in results:
+        cells.setdefault(cell_key(r.category, r.family), []).append(r)
+    cats = summarize_by_category(results)
+    return {
+        "cells": {k: summarize(v).model_dump() for k, v in sorted(cells.items())},
+        "categories": {k: v.model_dump() for k, v in cats.items() if k != "all"},
+        "families": {k: v.model_dump() for k, v in summarize_by_family(results).items()},
+        "all": cats["all"].model_dump(),
+    }
 
 
 def with_constants(base: Constants, values: dict[str, Any]) -> Constants:

@@ -44,6 +44,12 @@ def _time(p: Performance) -> str:
     for k, v in bd.items():
         if v > 0:
             out.append(f"  {k[:-2]:<12}{v:>9.4f} s  {v / p.step_time_s:>6.1%}")
+    if (e := p.error_band) is not None:
+        out.append(
+            f"expected error ({e.category}, {e.num_runs} published runs left out of the fit): "
+            f"median {e.median_error:.1%}, p90 {e.p90_error:.1%}: {e.low_tokens_per_s:,.0f} to "
+            f"{e.high_tokens_per_s:,.0f} tokens/s"
+        )
     return "\n".join(out)
 
 
