@@ -416,7 +416,10 @@ def test_the_export_and_the_config_reader(server: tuple[str, int]) -> None:
     megatron = send(f"{base}/page/export?kind=megatron", body)
     assert megatron.status == 200 and "--tensor-model-parallel-size 1" in megatron.body["text"]
     assert send(f"{base}/page/export", body).body["kind"] == "megatron"  # the framework's own
-    titan = send(f"{base}/page/export?kind=torchtitan", body)
+    titan_request = {**PLANS[0], "training": {"framework": "FRAMEWORK_TORCHTITAN"}}
+    titan_plan = send(f"{base}/v1/plan", titan_request).body  # a layout torchtitan runs
+    titan_body = {**titan_request, "config": titan_plan["config"]}
+    titan = send(f"{base}/page/export?kind=torchtitan", titan_body)
     assert titan.status == 200 and "parallelism=ParallelismConfig(" in titan.body["text"]
     bad = send(f"{base}/page/export?kind=jax", body)
     assert bad.status == 400 and bad.violations[0][0] == "kind"
