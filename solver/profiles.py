@@ -13,11 +13,39 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from meshplan.solver.schema import Framework, Precision
+from meshplan.solver.schema import (
+    ActivationForm,
+    Framework,
+    FsdpVersion,
+    LossKernel,
+    Precision,
+    StateDtype,
+    TrainingSpec,
+)
 
 ACT_BYTES = 2  # bf16 activations and collectives
 ALL_STAGES = frozenset({0, 1, 2, 3})  # ZeRO stages
 LOGIT_BYTES = 12  # non-fused cross-entropy on .float() logits (see TORCHTITAN below)
+# Bytes per logit element each loss kernel holds at its peak:
+# - EAGER_FP32: F.cross_entropy(pred.float()) keeps the bf16 logits, their fp32 copy and
+#   log-softmax, then fp32 gradients (torchtitan @ e347b1e components/loss.py);
+# - INPLACE_FP32: the vocab-parallel loss upcasts to an fp32 softmax it keeps for backward and
+#   turns into the gradient in place, beside the bf16 logits (Megatron-LM @ d98e8a6
+#   core/tensor_parallel/cross_entropy.py; nanotron @ 2411b02 parallel/tensor_parallel/
+#   functional.py _ShardedCrossEntropy after models/llama.py cast_to_fp32);
+# - FUSED_BF16: flash-attn's Triton cross-entropy saves the bf16 logits and writes a bf16
+#   gradient (Dao-AILab/flash-attention @ 0251105 flash_attn/ops/triton/cross_entropy.py:
+#   save_for_backward(logits, lse, labels), dlogits = empty_like(logits)), llm-foundry's default
+#   loss_fn fused_crossentropy (llm-foundry @ 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py);
+# - CHUNKED: no whole logits (memory.py: Liger-Kernel's chunks).
+LOSS_BYTES: Mapping[LossKernel, int] = MappingProxyType(
+    {
+        LossKernel.EAGER_FP32: 12,
+        LossKernel.INPLACE_FP32: 6,
+        LossKernel.FUSED_BF16: 4,
+        LossKernel.CHUNKED: 4,  # each chunk's bf16 logits, its gradient in place
+    }
+)
 
 # The code read for each profile (repository @ commit: files).
 SOURCES: Mapping[Framework, str] = MappingProxyType(
@@ -50,6 +78,20 @@ SOURCES: Mapping[Framework, str] = MappingProxyType(
             "deepspeed/runtime/pipe/engine.py, deepspeed/runtime/engine.py; "
             "microsoft/Megatron-DeepSpeed @ f4157bea69f3df8c6cb66f2ebcda66ba03d1288e: "
             "megatron/arguments.py, megatron/model/gpt_model.py"
+        ),
+        Framework.LLM_FOUNDRY: (
+            "mosaicml/llm-foundry @ 8c8dd48f72168c5d51e2f7b151595892a8fba43d: "
+            "scripts/train/yamls/pretrain/mpt-*.yaml, scripts/train/benchmarking/"
+            "submit_benchmarks.py, llmfoundry/models/mpt/modeling_mpt.py, "
+            "llmfoundry/utils/config_utils.py; Composer's FSDP1 mixed precision PURE "
+            "(param, reduce and buffer dtype bf16; sharded fp32 flat parameters)"
+        ),
+        Framework.NANOTRON: (
+            "huggingface/nanotron @ 2411b022a75fb7f7561a1bb4166706da5e1b76de: "
+            "src/nanotron/config/{config,parallelism_config}.py, src/nanotron/helpers.py, "
+            "src/nanotron/optim/{gradient_accumulator,zero}.py, "
+            "src/nanotron/parallel/tensor_parallel/functional.py, src/nanotron/models/llama.py, "
+            "src/nanotron/parallel/pipeline_parallel/engine.py"
         ),
         Framework.KEMPNERFORGE: (
             "KempnerInstitute/KempnerForge @ 5666d0d161539998210f99f16f986b1ab76cbffe: "
@@ -87,6 +129,12 @@ class Recipe:
     # K,V repeated to the query heads before attention (torchtitan @ 9dec370 models/llama/
     # model.py repeat_kv; since then SDPA's enable_gqa): the width cp all-gathers (memory.py)
     kv_repeated: bool = False
+    master: int = 4  # bytes of `optimizer` that are the master weights (the rest: moments)
+    half_grads: int = 0  # bf16 gradients kept beside fp32 main ones (nanotron's DDP buckets)
+    unit_grad: int = 0  # ZeRO-3: a gathered unit's gradient per parameter (0: `gradients`)
+    loss_chunked: bool = False  # the loss never holds the whole logits (memory.py)
+    fp8_activations: bool = False  # FP8 linear inputs stored in FP8 (activations.py)
+    fsdp: str = ""  # "FSDP1" or "FSDP2": the PyTorch FSDP the recipe's ZeRO-3 is
 
 
 @dataclass(frozen=True)
@@ -139,6 +187,9 @@ class Profile:
     fp8_recipe: Recipe
     export: str  # tools.export kind
     timing: FrameworkTiming  # what it overlaps and whose kernels it runs (the time model)
+    tensor_parallel: bool = True  # tp > 1
+    pipeline_parallel: bool = True  # pp > 1
+    selective_recompute: bool = True  # a recomputation between none and whole layers
 
     @property
     def source(self) -> str:
@@ -149,6 +200,11 @@ class Profile:
         if grad_reduce_in_bf16 and self.framework is Framework.MEGATRON:
             return replace(r, gradients=2)  # --grad-reduce-in-bf16: bf16 main gradients
         return r
+
+    def recipe_for(self, training: TrainingSpec) -> Recipe:
+        """The profile's recipe with the request's memory knobs applied (`with_knobs`)."""
+        t = training
+        return with_knobs(self.recipe(t.precision, t.grad_reduce_in_bf16), t)
 
     def zero_allowed(self, pp: int, dp_cp: int, fp8: bool = False) -> frozenset[int]:
         """ZeRO stages for a layout: none to shard over a single data-parallel rank."""
@@ -162,6 +218,50 @@ class Profile:
         if moe and self.expert_tp_one and tp > 1:
             return [1, tp]
         return [tp]
+
+
+FORMS: Mapping[ActivationForm, str] = MappingProxyType({f: f.value.lower() for f in ActivationForm})
+FSDP1_UNIT_TRANSIENT = 0  # FSDP1 reduce-scatters a unit's flat gradient where it lies
+FSDP2_UNIT_TRANSIENT = 2  # FSDP2's bf16 gradients beside the fp32 reduce input (TORCHTITAN)
+
+
+def with_knobs(r: Recipe, t: TrainingSpec) -> Recipe:
+    """A recipe with the request's memory knobs in place of the profile's defaults (each knob's
+    bytes: LOSS_BYTES, the dtypes' sizes, the FSDP unit transients; ValueError naming the field
+    where the recipe has no such part)."""
+    up: dict[str, object] = {}
+    if t.loss_kernel is not None:
+        up["logits"] = LOSS_BYTES[t.loss_kernel]
+        up["loss_chunked"] = t.loss_kernel is LossKernel.CHUNKED
+    if t.grad_dtype is not None:
+        size = 4 if t.grad_dtype is StateDtype.FP32 else 2
+        if r.accumulation:  # gradients kept unsharded across micro-batches (KempnerForge)
+            up["accumulation"] = size
+        else:
+            up["gradients"] = size + (r.half_grads if size == 4 else 0)
+    if t.master_dtype is not None:
+        # a bf16 master is the bf16 parameter updated in place; with FSDP's sharded master the
+        # sharded parameter itself is bf16
+        bf16 = 2 if r.sharded_master_only else 0
+        size = 4 if t.master_dtype is StateDtype.FP32 else bf16
+        up["optimizer"] = r.optimizer - r.master + size
+        up["master"] = size
+    if t.fsdp_version is not None:
+        if not r.fsdp:
+            raise ValueError(
+                f"training.fsdp_version {t.fsdp_version.value} needs a PyTorch FSDP profile "
+                "(TORCHTITAN, LLM_FOUNDRY, KEMPNERFORGE), not training.framework "
+                f"{t.framework.value}"
+            )
+        one = t.fsdp_version is FsdpVersion.FSDP1
+        up["fsdp"] = t.fsdp_version.value
+        up["unit_grad"] = r.weights if one else 0
+        up["gather_transient"] = FSDP1_UNIT_TRANSIENT if one else FSDP2_UNIT_TRANSIENT
+    if t.activation_form is not None:
+        up["activations"] = FORMS[t.activation_form]
+    if t.fp8_activations is not None:
+        up["fp8_activations"] = t.fp8_activations and t.precision is Precision.FP8
+    return replace(r, **up) if up else r
 
 
 # Megatron-Core memory by data type (docs/user-guide/features/dist_optimizer.md): bf16
@@ -213,7 +313,14 @@ MEGATRON = Profile(
     tied_with_pp=True,
     bf16=_MEGATRON,
     fp8_recipe=Recipe(
-        1, 4, 12, fp8_weight_cache=1, extra_weights=2, logits=6, activations="megatron"
+        1,
+        4,
+        12,
+        fp8_weight_cache=1,
+        extra_weights=2,
+        logits=6,
+        activations="megatron",
+        fp8_activations=True,  # Transformer Engine saves its linears' inputs in FP8
     ),
     export="megatron",
     timing=FrameworkTiming(
@@ -262,6 +369,7 @@ _TORCHTITAN = Recipe(
     gather_transient=2,
     pipelined_reduce=6,
     pipeline_buffers=True,
+    fsdp="FSDP2",
 )
 
 TORCHTITAN = Profile(
@@ -379,6 +487,8 @@ _KEMPNERFORGE = Recipe(
     activations="flat_12h",
     tp_exposed=True,
     root_gather=False,
+    master=0,
+    fsdp="FSDP2",
 )
 
 KEMPNERFORGE = Profile(
@@ -423,6 +533,129 @@ KEMPNERFORGE = Profile(
     ),
 )
 
+# llm-foundry trains with Composer's PyTorch FSDP1 (fsdp_config in its YAML): mixed_precision PURE
+# casts parameters, gradient reduction and buffers to bf16 while the sharded FlatParameter stays
+# fp32 (the master: no sharded bf16 copy), and the reduced gradient shard is cast back to the
+# fp32 parameter's dtype (torch/distributed/fsdp/_runtime_utils.py _cast_grad_to_param_dtype):
+# 4 + 12 sharded at FULL_SHARD, as torchtitan's. A unit's unsharded flat gradient is in the
+# parameter dtype and is reduce-scattered where it lies (bf16, no fp32 copy): 2 bytes of the
+# unit beside its gathered weights (`unit_grad`). Its default loss is flash-attn's fused
+# cross-entropy on bf16 logits (LOSS_BYTES FUSED_BF16); layers are eager PyTorch with flash
+# attention, LayerNorm and a GELU MLP (modeling_mpt.py, the torchtitan form at tp = 1).
+# Composer's amp_fp8 runs the linears as Transformer Engine's (MPT fc_type te), which save
+# their inputs in FP8.
+_LLM_FOUNDRY = Recipe(
+    2,
+    4,
+    12,
+    logits=LOSS_BYTES[LossKernel.FUSED_BF16],
+    activations="torchtitan",
+    sharded_master_only=True,
+    unit_grad=2,
+    fsdp="FSDP1",
+)
+
+LLM_FOUNDRY = Profile(
+    framework=Framework.LLM_FOUNDRY,
+    title="llm-foundry: Composer with PyTorch FSDP1",
+    # fsdp_config.sharding_strategy: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (HYBRID_SHARD shards
+    # inside a node only: a data-parallel split the planner's layouts do not name)
+    zero_stages=frozenset({0, 2, 3}),
+    zero_stages_pipelined=frozenset(),
+    zero_names=MappingProxyType({0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD"}),
+    interleaving=False,
+    extra_chunks=0,
+    interleave_whole_rounds=False,
+    context_parallel=False,
+    sequence_parallel_required=False,
+    moe_tp_needs_sp=False,
+    expert_tp_one=False,
+    expert_parallel=False,
+    fp8=True,
+    fp8_with_tp=False,
+    fp8_zero_min=0,
+    moe_with_pp=False,
+    tied_with_pp=False,
+    bf16=_LLM_FOUNDRY,
+    fp8_recipe=replace(_LLM_FOUNDRY, fp8_activations=True),
+    export="llm_foundry",
+    timing=FrameworkTiming(
+        kernels="TORCH",
+        tp=False,
+        dp_stages=ALL_STAGES,
+        cp=False,
+        ep=False,
+        pp=False,
+        source=(
+            "mosaicml/llm-foundry @ 8c8dd48: FSDP1 with limit_all_gathers and Composer's "
+            "backward prefetch (BACKWARD_PRE) hides the gathers and reduce-scatters behind the "
+            "layers (the torchtitan FSDP timing constants)"
+        ),
+    ),
+    # llm-foundry trains data-parallel only: its experimental tp_config has no pipeline and
+    # MPT's benchmarks run FSDP alone (scripts/train/benchmarking/README.md)
+    tensor_parallel=False,
+    pipeline_parallel=False,
+    selective_recompute=False,  # fsdp_config.activation_checkpointing wraps whole blocks
+)
+
+# nanotron (config YAML: parallelism dp, tp, pp, tp_mode; optimizer zero_stage 0/1,
+# accumulate_grad_in_fp32): bf16 parameters; FP32GradientAccumulator keeps an fp32 gradient
+# buffer for every parameter, unsharded under ZeRO-1 ("we need to accumulate gradients for all
+# parameters"), and an fp32 copy of the parameters it updates (sharded by ZeRO-1), beside the
+# bf16 gradients torch DDP's buckets hold: 2 + (4 + 2) + (4 + 8)
+# (optim/gradient_accumulator.py, helpers.py init_optimizer_and_grad_accumulator). The logits
+# are cast to fp32 (models/llama.py cast_to_fp32) and the sharded cross-entropy keeps that fp32
+# softmax, its gradient in place (LOSS_BYTES INPLACE_FP32). Layers are eager PyTorch with
+# flash attention and a gated MLP (8f); its reduce_scatter tp mode keeps the sequence shard of
+# the column-parallel inputs and all-gathers them again in backward (tp_recompute_allgather).
+_NANOTRON = Recipe(
+    2,
+    6,
+    12,
+    logits=LOSS_BYTES[LossKernel.INPLACE_FP32],
+    activations="nanotron",
+    half_grads=2,
+)
+
+NANOTRON = Profile(
+    framework=Framework.NANOTRON,
+    title="nanotron: data, tensor and pipeline parallelism with ZeRO-1",
+    zero_stages=frozenset({0, 1}),  # optimizer.zero_stage 0 or 1 (optim/zero.py)
+    zero_stages_pipelined=frozenset({0, 1}),
+    zero_names=MappingProxyType({0: "zero_stage 0", 1: "zero_stage 1"}),
+    interleaving=False,  # pp_engine: 1f1b or afab, no interleaved schedule
+    extra_chunks=0,
+    interleave_whole_rounds=False,
+    context_parallel=False,  # context_parallel_size is not wired into the Llama model
+    sequence_parallel_required=False,  # tp_mode ALL_REDUCE or REDUCE_SCATTER
+    moe_tp_needs_sp=False,
+    expert_tp_one=False,
+    expert_parallel=False,
+    fp8=False,
+    fp8_with_tp=False,
+    fp8_zero_min=0,
+    moe_with_pp=True,
+    tied_with_pp=True,
+    bf16=_NANOTRON,
+    fp8_recipe=_NANOTRON,
+    export="nanotron",
+    timing=FrameworkTiming(
+        kernels="TORCH",
+        tp=False,  # tp_linear_async_communication defaults to False
+        dp_stages=ALL_STAGES,
+        cp=False,
+        ep=False,
+        pp=False,
+        source=(
+            "huggingface/nanotron @ 2411b02: config/parallelism_config.py "
+            "(tp_linear_async_communication False by default); the fp32 accumulator's DDP "
+            "hook reduces each bucket during the last micro-batch's backward (helpers.py)"
+        ),
+    ),
+    selective_recompute=False,  # parallelism.recompute_layer: whole layers only
+)
+
 # The textbook profile: every layout the planner's axes can describe, the recipes of "Why one GPU is
 # not enough" (DeepSeek-V3 book, ch. 11).
 GENERIC = Profile(
@@ -462,7 +695,10 @@ GENERIC = Profile(
 )
 
 PROFILES: Mapping[Framework, Profile] = MappingProxyType(
-    {p.framework: p for p in (GENERIC, MEGATRON, TORCHTITAN, DEEPSPEED, KEMPNERFORGE)}
+    {
+        p.framework: p
+        for p in (GENERIC, MEGATRON, TORCHTITAN, DEEPSPEED, KEMPNERFORGE, LLM_FOUNDRY, NANOTRON)
+    }
 )
 
 

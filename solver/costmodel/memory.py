@@ -155,6 +155,11 @@ def _logits_held(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     A, rc = c.A, c.recipe
     vocab = A.V / (lay.tp if rc.vocab_parallel else 1)
     out = vocab * rc.logits
+    if rc.loss_chunked:
+        # Liger-Kernel @ ead96b6 ops/fused_linear_cross_entropy.py: chunks of next_power_of_2(
+        # BT / ceil(V/h)) tokens hold their bf16 logits (gradient in place), under 2·h of them
+        # a token, and grad_input = zeros_like(input) keeps h bf16 elements a token
+        out = ACT_BYTES * (2.0 * vocab / -(-A.V // A.h) + A.h)
     if rc.activations in DTENSOR_HEAD:
         # the output layer's input, gathered whole on every tp rank
         out = pick(lay.tp > 1, out + ACT_BYTES * A.h, out)
@@ -274,7 +279,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     # ZeRO-3 gathers two layers' weights (current + prefetch) and one layer's gradients, and at
     # the loss the unit holding the output layer (with the embedding when pp = 1).
     z3 = lambda z: z >= 3  # noqa: E731
-    g = 2 * c.wb + c.gb
+    g = 2 * c.wb + (rc.unit_grad or c.gb)  # FSDP1 reduce-scatters the bf16 flat gradient
 
     def gathered(lay: LayoutOrRows, on: bool) -> np.ndarray | float:
         if not on:
