@@ -130,7 +130,7 @@ class Recipe:
     # model.py repeat_kv; since then SDPA's enable_gqa): the width cp all-gathers (memory.py)
     kv_repeated: bool = False
     master: int = 4  # bytes of `optimizer` that are the master weights (the rest: moments)
-    half_grads: int = 0  # bf16 gradients kept beside fp32 main ones (nanotron's DDP buckets)
+    ddp_grads: int = 0  # with dp > 1: torch DDP's bf16 .grad and bucket beside the main ones
     unit_grad: int = 0  # ZeRO-3: a gathered unit's gradient per parameter (0: `gradients`)
     loss_chunked: bool = False  # the loss never holds the whole logits (memory.py)
     fp8_activations: bool = False  # FP8 linear inputs stored in FP8 (activations.py)
@@ -238,7 +238,9 @@ def with_knobs(r: Recipe, t: TrainingSpec) -> Recipe:
         if r.accumulation:  # gradients kept unsharded across micro-batches (KempnerForge)
             up["accumulation"] = size
         else:
-            up["gradients"] = size + (r.half_grads if size == 4 else 0)
+            up["gradients"] = size
+            if r.ddp_grads:  # bf16 main gradients are DDP's own .grad: its bucket remains
+                up["ddp_grads"] = r.ddp_grads if size == 4 else ACT_BYTES
     if t.master_dtype is not None:
         # a bf16 master is the bf16 parameter updated in place; with FSDP's sharded master the
         # sharded parameter itself is bf16
@@ -602,20 +604,23 @@ LLM_FOUNDRY = Profile(
 # nanotron (config YAML: parallelism dp, tp, pp, tp_mode; optimizer zero_stage 0/1,
 # accumulate_grad_in_fp32): bf16 parameters; FP32GradientAccumulator keeps an fp32 gradient
 # buffer for every parameter, unsharded under ZeRO-1 ("we need to accumulate gradients for all
-# parameters"), and an fp32 copy of the parameters it updates (sharded by ZeRO-1), beside the
-# bf16 gradients torch DDP's buckets hold: 2 + (4 + 2) + (4 + 8)
-# (optim/gradient_accumulator.py, helpers.py init_optimizer_and_grad_accumulator). The logits
-# are cast to fp32 (models/llama.py cast_to_fp32) and the sharded cross-entropy keeps that fp32
-# softmax, its gradient in place (LOSS_BYTES INPLACE_FP32). Layers are eager PyTorch with
-# flash attention and a gated MLP (8f); its reduce_scatter tp mode keeps the sequence shard of
-# the column-parallel inputs and all-gathers them again in backward (tp_recompute_allgather).
+# parameters"), and an fp32 copy of the parameters it updates (sharded by ZeRO-1): 2 + 4 +
+# (4 + 8) (optim/gradient_accumulator.py, helpers.py init_optimizer_and_grad_accumulator). With
+# dp > 1 the model is wrapped in torch DDP without gradient_as_bucket_view (trainer.py), whose
+# fp32-accumulating comm hook leaves the parameters' bf16 .grad and DDP's bf16 bucket in place:
+# 2 + 2 more (`ddp_grads`); with dp = 1 each bf16 gradient is added to the fp32 buffer and
+# freed (_accumulate_grad). The logits are cast to fp32 (models/llama.py cast_to_fp32) and the
+# sharded cross-entropy keeps that fp32 softmax, its gradient in place (LOSS_BYTES
+# INPLACE_FP32). Layers are eager PyTorch with flash attention and a gated MLP (8f); its
+# reduce_scatter tp mode keeps the sequence shard of the column-parallel inputs and all-gathers
+# them again in backward (tp_recompute_allgather).
 _NANOTRON = Recipe(
     2,
-    6,
+    4,
     12,
     logits=LOSS_BYTES[LossKernel.INPLACE_FP32],
     activations="nanotron",
-    half_grads=2,
+    ddp_grads=4,
 )
 
 NANOTRON = Profile(

@@ -100,6 +100,11 @@ def _layer(c: Ctx, lay: LayoutOrRows, r: Recompute, width: int, routed: int) -> 
             split -= 2.0 * A.fe * routed  # moe_act: the routed experts' activation outputs
         return (4.0 * h + norm_out) / _sp(lay) + split / T
     if form == "nanotron":
+        if A.kv == A.a:
+            # multi-head attention: q, k, v are views of one contiguous [3, b, s, heads, d] copy
+            # of the qkv projection, kept whole while flash attention holds q, beside the K,V it
+            # concatenates anew (nanotron @ 2411b02 models/llama.py CausalSelfAttention.forward)
+            split += 4.0 * aw
         return (4.0 * h + norm_out) / _sp(lay) + split / T  # shards, re-gathered in backward
     return (4.0 * h) / _sp(lay) + norm_out + split / T  # the gathered linear inputs: whole
 

@@ -13,6 +13,7 @@ costmodel/activations.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -166,6 +167,20 @@ def _logits_held(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     return _seq_shard(c, lay) * out
 
 
+def _is_full(r: Recompute) -> bool:
+    return r is Recompute.FULL
+
+
+def _loss_or_recompute(c: Ctx, lay: LayoutOrRows, stage: str, full: bool) -> np.ndarray:
+    """The loss's logits (on the last stage) and, under full recomputation, the block being
+    recomputed, counted together (torchtitan's 70B 2-D runs hold both: their peak is 14 GiB
+    above the larger of the two)."""
+    held = per_rows(_logits_held, c, lay)
+    if stage == "first":
+        held = pick(lay.pp > 1, 0.0, held)
+    return held + per_rows(_full_transient, c, lay) if full else held
+
+
 def _boundary(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     # the stage boundary, split over tp by sequence parallelism and over cp
     return pick(lay.pp > 1, _seq_shard(c, lay) * ACT_BYTES * c.A.h / lay.tp, 0.0)
@@ -251,6 +266,18 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
                     te=inv_group,
                 )
             )
+    if rc.ddp_grads:
+        # torch DDP without gradient_as_bucket_view: the parameters' bf16 .grad and the bucket
+        # they are copied into, full size, beside the main gradients; only with dp·cp > 1
+        ddp = rc.ddp_grads
+
+        def ddp_part(part: str) -> Callable[[LayoutOrRows, object], np.ndarray]:
+            return lambda lay, _: pick(dp_cp(lay) > 1, _bytes(c, lay, part, ddp), 0.0)
+
+        terms.append(Term("gradients", ddp_part("dense"), pv=pv_stage))
+        terms.append(Term("gradients", ddp_part(stage)))
+        if A.is_moe:
+            terms.append(Term("gradients", ddp_part("expert"), pv=pv_stage, te=inv_group))
     if rc.fp8_weight_cache:
         # FP8 copies of the layers' linear weights cached across micro-batches; a weight-sharding
         # stage drops them (Megatron-FSDP).
@@ -304,16 +331,11 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     def act(lay: LayoutOrRows, r: Recompute) -> np.ndarray:
         return per_rows(_act, c, lay, r)
 
-    def transient(lay: LayoutOrRows, r: Recompute) -> np.ndarray | float:
-        return per_rows(_full_transient, c, lay) if r is Recompute.FULL else 0.0
-
-    def logits(lay: LayoutOrRows, _: object) -> np.ndarray:
-        held = per_rows(_logits_held, c, lay)
-        return pick(lay.pp > 1, 0.0, held) if stage == "first" else held
+    def at_loss(lay: LayoutOrRows, full: bool) -> np.ndarray:
+        return per_rows(_loss_or_recompute, c, lay, stage, full)
 
     mb = BatchFactor.of(1, 0)
-    terms.append(Term("activations", transient, sel="r", db=mb))
-    terms.append(Term("activations", logits, db=mb))
+    terms.append(Term("activations", at_loss, sel="r", key=_is_full, db=mb))
     if not (c.overlaps.cp_ring if c.overlaps else profile_of(c.framework).timing.cp_ring):
         terms.append(Term("activations", lambda lay, _: per_rows(_kv_gathered, c, lay), db=mb))
     if rc.pipeline_buffers:
