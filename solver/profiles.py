@@ -135,6 +135,7 @@ class Recipe:
     loss_chunked: bool = False  # the loss never holds the whole logits (memory.py)
     fp8_activations: bool = False  # FP8 linear inputs stored in FP8 (activations.py)
     fsdp: str = ""  # "FSDP1" or "FSDP2": the PyTorch FSDP the recipe's ZeRO-3 is
+    loss_parallel_held: bool = False  # tp > 1: DTensor loss_parallel, held with the recompute
 
 
 @dataclass(frozen=True)
@@ -372,6 +373,7 @@ _TORCHTITAN = Recipe(
     pipelined_reduce=6,
     pipeline_buffers=True,
     fsdp="FSDP2",
+    loss_parallel_held=True,
 )
 
 TORCHTITAN = Profile(

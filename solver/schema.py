@@ -434,6 +434,16 @@ class ParallelConfig(_Strict):
         return data
 
 
+# The usable memory (HBM - RESERVE_GIB) / (1 + FRAGMENTATION), from what measured runs leave free
+# (python -m benchmarks memory): every published layout still fits with a fixed reserve of up to
+# 1.14 GiB (the tightest, Megatron's Qwen3-235B zoo runs on 80 GB and llm-foundry's MPT-1B on
+# A100-40GB), room for a CUDA context and NCCL's buffers (NCCL_BUFFSIZE 4 MiB per channel)
+RESERVE_GIB = 1.0
+# torchtitan's and nanotron's max_memory_reserved peaks are their tenants' (allocated) x 1.10:
+# median |error| 4.9% and 3.3% (benchmarks/memory.py)
+FRAGMENTATION = 0.10
+
+
 class SearchSpec(_Strict):
     """Pins (0/None = free) and the constraints of the search."""
 
@@ -457,14 +467,20 @@ class SearchSpec(_Strict):
         default=False, description="Allow plans that leave some of num_gpus idle."
     )
     memory_reserve_gib: float = Field(
-        default=3.0,
-        description="Fixed per-GPU reserve for CUDA context and NCCL buffers (GiB; about 2 + 1).",
+        default=RESERVE_GIB,
+        description=(
+            "Fixed per-GPU reserve for the CUDA context and NCCL buffers (GiB; default 1: what "
+            "the tightest published runs leave beside their peak)."
+        ),
         ge=0,
         le=1024,
     )
     memory_fragmentation: float = Field(
-        default=0.10,
-        description="Allocator fragmentation as a fraction of the allocated bytes (typically 5-15%).",
+        default=FRAGMENTATION,
+        description=(
+            "Caching-allocator fragmentation as a fraction of the allocated bytes (default 0.10: "
+            "reserved over allocated peaks of published runs)."
+        ),
         ge=0,
         le=1,
     )

@@ -173,12 +173,22 @@ def _is_full(r: Recompute) -> bool:
 
 def _loss_or_recompute(c: Ctx, lay: LayoutOrRows, stage: str, full: bool) -> np.ndarray:
     """The loss's logits (on the last stage) and, under full recomputation, the block being
-    recomputed, counted together (torchtitan's 70B 2-D runs hold both: their peak is 14 GiB
-    above the larger of the two)."""
+    recomputed: the larger of the two, as autograd frees the loss's saved tensors once their
+    node has run, before the backward reaches the first block to recompute. Under DTensor's
+    loss_parallel (`Recipe.loss_parallel_held`, tp > 1) both are counted: its decomposed
+    log-softmax and fused nll/log-softmax backward run through DTensor's dispatch (pytorch
+    torch/distributed/tensor/parallel/loss.py), and torchtitan's 70B 2-D runs print a peak 14 GiB
+    above the larger of the two."""
     held = per_rows(_logits_held, c, lay)
     if stage == "first":
         held = pick(lay.pp > 1, 0.0, held)
-    return held + per_rows(_full_transient, c, lay) if full else held
+    if not full:
+        return held
+    block = per_rows(_full_transient, c, lay)
+    both = held + block
+    if not c.recipe.loss_parallel_held:
+        return maximum(held, block)
+    return pick(lay.tp > 1, both, maximum(held, block))
 
 
 def _boundary(c: Ctx, lay: LayoutOrRows) -> np.ndarray:

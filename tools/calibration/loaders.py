@@ -275,7 +275,8 @@ def load_kempnerforge() -> list[CalibrationRun]:
                     dp=r["dp"],
                     micro_batch_size=r["micro_batch"],
                     num_microbatches=M,
-                    zero_stage=c["zero_stage"],
+                    # nothing to shard over one data-parallel rank: FSDP2 over dp 1 is ZeRO-0
+                    zero_stage=c["zero_stage"] if r["dp"] > 1 else 0,
                     recompute=Recompute(c["recompute"]),
                     sequence_parallel=r["tp"] > 1,
                 ),
