@@ -130,12 +130,13 @@ class Recipe:
     # model.py repeat_kv; since then SDPA's enable_gqa): the width cp all-gathers (memory.py)
     kv_repeated: bool = False
     master: int = 4  # bytes of `optimizer` that are the master weights (the rest: moments)
-    ddp_grads: int = 0  # with dp > 1: torch DDP's bf16 .grad and bucket beside the main ones
+    ddp_grads: int = 0  # with dp > 1: torch DDP's bf16 buckets beside the main gradients
     unit_grad: int = 0  # ZeRO-3: a gathered unit's gradient per parameter (0: `gradients`)
     loss_chunked: bool = False  # the loss never holds the whole logits (memory.py)
     fp8_activations: bool = False  # FP8 linear inputs stored in FP8 (activations.py)
     fsdp: str = ""  # "FSDP1" or "FSDP2": the PyTorch FSDP the recipe's ZeRO-3 is
     loss_parallel_held: bool = False  # tp > 1: DTensor loss_parallel, held with the recompute
+    cost_balanced_stages: bool = False  # pipeline stages split by layer cost (nanotron)
 
 
 @dataclass(frozen=True)
@@ -240,8 +241,7 @@ def with_knobs(r: Recipe, t: TrainingSpec) -> Recipe:
             up["accumulation"] = size
         else:
             up["gradients"] = size
-            if r.ddp_grads:  # bf16 main gradients are DDP's own .grad: its bucket remains
-                up["ddp_grads"] = r.ddp_grads if size == 4 else ACT_BYTES
+
     if t.master_dtype is not None:
         # a bf16 master is the bf16 parameter updated in place; with FSDP's sharded master the
         # sharded parameter itself is bf16
@@ -608,10 +608,11 @@ LLM_FOUNDRY = Profile(
 # buffer for every parameter, unsharded under ZeRO-1 ("we need to accumulate gradients for all
 # parameters"), and an fp32 copy of the parameters it updates (sharded by ZeRO-1): 2 + 4 +
 # (4 + 8) (optim/gradient_accumulator.py, helpers.py init_optimizer_and_grad_accumulator). With
-# dp > 1 the model is wrapped in torch DDP without gradient_as_bucket_view (trainer.py), whose
-# fp32-accumulating comm hook leaves the parameters' bf16 .grad and DDP's bf16 bucket in place:
-# 2 + 2 more (`ddp_grads`); with dp = 1 each bf16 gradient is added to the fp32 buffer and
-# freed (_accumulate_grad). The logits are cast to fp32 (models/llama.py cast_to_fp32) and the
+# dp > 1 the model is wrapped in torch DDP (trainer.py), whose bf16 buckets stay allocated: 2
+# more (`ddp_grads`); the parameters' bf16 .grad are added to the fp32 buffer and freed after
+# each micro-batch's backward (FP32GradientAccumulator.backward), growing as its activations
+# are freed, so they are not counted. Pipeline stages are split by layer cost (models/base.py;
+# `cost_balanced_stages`). The logits are cast to fp32 (models/llama.py cast_to_fp32) and the
 # sharded cross-entropy keeps that fp32 softmax, its gradient in place (LOSS_BYTES
 # INPLACE_FP32). Layers are eager PyTorch with flash attention and a gated MLP (8f); its
 # reduce_scatter tp mode keeps the sequence shard of the column-parallel inputs and all-gathers
@@ -622,7 +623,8 @@ _NANOTRON = Recipe(
     12,
     logits=LOSS_BYTES[LossKernel.INPLACE_FP32],
     activations="nanotron",
-    ddp_grads=4,
+    ddp_grads=2,
+    cost_balanced_stages=True,  # models/base.py: blocks placed by cumulative compute cost
 )
 
 NANOTRON = Profile(

@@ -13,6 +13,7 @@ costmodel/activations.py.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -167,6 +168,34 @@ def _logits_held(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     return _seq_shard(c, lay) * out
 
 
+def _stage_layers(c: Ctx, stage: str) -> Callable[[tuple[int, int]], Fraction]:
+    """Layers on the stage per (pp, v): the heaviest stage's, or where the recipe balances the
+    stages by cost (`Recipe.cost_balanced_stages`), the first or last stage's own."""
+    A = c.A
+    if not c.recipe.cost_balanced_stages:
+        return lambda pv: n_stage(A.L, pv[0], pv[1])
+    layer = 4 * A.a * A.head_dim * A.h + 3 * A.f * A.h
+    end = 0 if stage == "first" else -1
+    return lambda pv: Fraction(cost_balanced_split(A.L, layer, A.V * A.h, pv[0])[end])
+
+
+@functools.lru_cache(maxsize=1024)
+def cost_balanced_split(L: int, layer: int, head: int, pp: int) -> tuple[int, ...]:
+    """Decoder layers per pipeline rank when blocks are placed by cumulative cost (nanotron @
+    2411b02 models/base.py build_model, costs of models/llama.py get_block_compute_costs: a layer
+    4·a·d·h + 3·f·h, the output layer V·h, the embedding 0): a block goes to the current rank,
+    which is closed once the running cost passes its share (rank + 1)/pp of the total."""
+    total = L * layer + head
+    out, rank, cum = [0] * pp, 0, 0
+    for i in range(L + 1):  # the layers, then the output layer
+        cum += layer if i < L else head
+        if i < L:
+            out[rank] += 1
+        if cum > total * (rank + 1) / pp and rank < pp - 1:
+            rank += 1
+    return tuple(out)
+
+
 def _is_full(r: Recompute) -> bool:
     return r is Recompute.FULL
 
@@ -232,7 +261,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     """Terms summing to the stage's bytes, and pairs of which only the smaller counts."""
     terms: list[Term] = []
     A, rc = c.A, c.recipe
-    pv_stage = lambda pv: n_stage(A.L, pv[0], pv[1])  # noqa: E731
+    pv_stage = _stage_layers(c, stage)
     inv_group = lambda te: Fraction(1, te[1] * te[2])  # noqa: E731  experts over ep·etp
     for tenant, nbytes, k in (("weights", c.wb, 3), ("gradients", c.gb, 2), ("optimizer", c.ob, 1)):
         if nbytes == 0:
@@ -277,8 +306,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
                 )
             )
     if rc.ddp_grads:
-        # torch DDP without gradient_as_bucket_view: the parameters' bf16 .grad and the bucket
-        # they are copied into, full size, beside the main gradients; only with dp·cp > 1
+        # torch DDP's gradient buckets, full size beside the main gradients, with dp·cp > 1
         ddp = rc.ddp_grads
 
         def ddp_part(part: str) -> Callable[[LayoutOrRows, object], np.ndarray]:
@@ -361,7 +389,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
 
         def q_first(pv: tuple[int, int]) -> Fraction:
             p, v = pv
-            nc = n_chunk(A.L, p, v)
+            nc = n_chunk(A.L, p, v) if v > 1 else int(pv_stage(pv))
             return Fraction(nc * p if v == 1 else nc * (v * p + p - 1))
 
         pairs.append(
@@ -374,7 +402,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
 
         def q_last(pv: tuple[int, int]) -> Fraction:
             p, v = pv
-            nc = n_chunk(A.L, p, v)
+            nc = n_chunk(A.L, p, v) if v > 1 else int(pv_stage(pv))
             return Fraction(nc if v == 1 else nc * ((v - 1) * p + 1))
 
         terms.append(Term("activations", act, sel="r", pv=q_last, db=mb))
