@@ -40,6 +40,10 @@ class Framework(str, Enum):
     NANOTRON = "NANOTRON"  # DP + TP + PP with ZeRO-0/1
 
 
+# The profiles whose ZeRO-3 is PyTorch FSDP (solver/profiles.py Recipe.fsdp)
+FSDP_FRAMEWORKS = (Framework.TORCHTITAN, Framework.LLM_FOUNDRY, Framework.KEMPNERFORGE)
+
+
 class LossKernel(str, Enum):
     """How the loss holds the logits (bytes per logit element: solver/profiles.py LOSS_BYTES)."""
 
@@ -354,6 +358,12 @@ class TrainingSpec(_Strict):
 
     @model_validator(mode="after")
     def _batch(self) -> TrainingSpec:
+        if self.fsdp_version is not None and self.framework not in FSDP_FRAMEWORKS:
+            raise ValueError(
+                f"training.fsdp_version {self.fsdp_version.value} needs a PyTorch FSDP profile "
+                f"({', '.join(f.value for f in FSDP_FRAMEWORKS)}), not training.framework "
+                f"{self.framework.value}"
+            )
         if self.fp8_activations and self.precision is not Precision.FP8:
             raise ValueError("fp8_activations needs precision FP8 (BF16 keeps bf16 activations)")
         if self.grad_reduce_in_bf16 and self.grad_dtype is StateDtype.FP32:

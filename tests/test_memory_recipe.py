@@ -98,8 +98,8 @@ def test_fp8_activations_need_fp8() -> None:
 
 
 def test_fsdp_version_needs_an_fsdp_profile() -> None:
-    with pytest.raises(ValueError, match="training.fsdp_version FSDP1 needs a PyTorch FSDP"):
-        _activations({"framework": "MEGATRON", "fsdp_version": "FSDP1"})
+    with pytest.raises(ValidationError, match="training.fsdp_version FSDP1 needs a PyTorch FSDP"):
+        TrainingSpec(framework="MEGATRON", fsdp_version="FSDP1")
 
 
 def _state(training: dict, zero: int = 3) -> dict[str, int]:
