@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import Any, TypeVar
 
 from meshplan.solver.schema import (
     ActivationForm,
@@ -18,8 +18,7 @@ from meshplan.solver.schema import (
     TrainingSpec,
 )
 
-if TYPE_CHECKING:
-    from meshplan.solver.profiles import Recipe
+R = TypeVar("R", bound=Any)  # solver/profiles.py Recipe (imported there: no import cycle)
 
 # Bytes per logit element each loss kernel holds at its peak:
 # - EAGER_FP32: F.cross_entropy(pred.float()) keeps the bf16 logits, their fp32 copy and
@@ -47,7 +46,7 @@ FSDP1_UNIT_TRANSIENT = 0  # FSDP1 reduce-scatters a unit's flat gradient where i
 FSDP2_UNIT_TRANSIENT = 2  # FSDP2's bf16 gradients beside the fp32 reduce input (TORCHTITAN)
 
 
-def with_knobs(r: Recipe, t: TrainingSpec) -> Recipe:
+def with_knobs(r: R, t: TrainingSpec) -> R:
     """A recipe with the request's memory knobs in place of the profile's defaults (each knob's
     bytes: LOSS_BYTES, the dtypes' sizes, the FSDP unit transients). A knob the recipe has no
     part for (fsdp_version without FSDP, as the explanation's textbook comparison asks) is
