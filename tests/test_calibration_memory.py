@@ -74,3 +74,17 @@ def test_the_default_reserve_is_what_the_runs_leave_free() -> None:
         RUNS["mosaicml_mpt1b_a100_40gb_32gpu_seq2048"], SearchSpec(memory_reserve_gib=3.0)
     )
     assert not tight.fits  # the former 3 GiB reserve refused it
+
+
+def test_the_memory_benchmark_reports_fits_peaks_and_the_reserve(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:  # noqa: ANN001
+    from benchmarks.memory import main
+
+    out = tmp_path / "memory.json"
+    assert main(["--quick", "--json", str(out)]) == 0  # every published layout fits
+    text = capsys.readouterr().out
+    assert "published layouts that do not fit under their profile: 0" in text
+    assert "largest fixed reserve every run fits with" in text
+    assert "met     every calibration layout fits" in text
+    assert out.exists() and '"benchmark": "memory"' in out.read_text()
