@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -77,8 +78,8 @@ def test_the_default_reserve_is_what_the_runs_leave_free() -> None:
 
 
 def test_the_memory_benchmark_reports_fits_peaks_and_the_reserve(
-    tmp_path, capsys: pytest.CaptureFixture[str]
-) -> None:  # noqa: ANN001
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from benchmarks.memory import main
 
     out = tmp_path / "memory.json"
