@@ -4,6 +4,7 @@
     python -m benchmarks throughput [--quick] [-n N] [--workers W] [--pool process,thread]
     python -m benchmarks scaling [--quick] [--time-limit S]
     python -m benchmarks fidelity [...]         # benchmarks/fidelity.py, when present
+    python -m benchmarks memory [--quick]       # what fits, and the printed peaks
     python -m benchmarks startup [--quick] [--runs N]   # meshplan --help/--version/catalog
     python -m benchmarks scheduler [--quick] [--repeats N]
     python -m benchmarks soak [--quick] [--clients N] [--seconds S] [--fuzz N]
@@ -19,7 +20,7 @@ import importlib
 import sys
 from collections.abc import Callable
 
-NAMES = ("latency", "throughput", "scaling", "fidelity", "startup", "scheduler", "soak")
+NAMES = ("latency", "throughput", "scaling", "fidelity", "memory", "startup", "scheduler", "soak")
 USAGE = f"usage: python -m benchmarks {{{'|'.join((*NAMES, 'all'))}}} [--quick] [options]"
 
 

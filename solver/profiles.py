@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from meshplan.solver.schema import Framework, Precision
+from meshplan.solver.recipes import LOSS_BYTES, with_knobs
+from meshplan.solver.schema import Framework, LossKernel, Precision, TrainingSpec
 
 ACT_BYTES = 2  # bf16 activations and collectives
 ALL_STAGES = frozenset({0, 1, 2, 3})  # ZeRO stages
@@ -51,6 +52,20 @@ SOURCES: Mapping[Framework, str] = MappingProxyType(
             "microsoft/Megatron-DeepSpeed @ f4157bea69f3df8c6cb66f2ebcda66ba03d1288e: "
             "megatron/arguments.py, megatron/model/gpt_model.py"
         ),
+        Framework.LLM_FOUNDRY: (
+            "mosaicml/llm-foundry @ 8c8dd48f72168c5d51e2f7b151595892a8fba43d: "
+            "scripts/train/yamls/pretrain/mpt-*.yaml, scripts/train/benchmarking/"
+            "submit_benchmarks.py, llmfoundry/models/mpt/modeling_mpt.py, "
+            "llmfoundry/utils/config_utils.py; Composer's FSDP1 mixed precision PURE "
+            "(param, reduce and buffer dtype bf16; sharded fp32 flat parameters)"
+        ),
+        Framework.NANOTRON: (
+            "huggingface/nanotron @ 2411b022a75fb7f7561a1bb4166706da5e1b76de: "
+            "src/nanotron/config/{config,parallelism_config}.py, src/nanotron/helpers.py, "
+            "src/nanotron/optim/{gradient_accumulator,zero}.py, "
+            "src/nanotron/parallel/tensor_parallel/functional.py, src/nanotron/models/llama.py, "
+            "src/nanotron/parallel/pipeline_parallel/engine.py"
+        ),
         Framework.KEMPNERFORGE: (
             "KempnerInstitute/KempnerForge @ 5666d0d161539998210f99f16f986b1ab76cbffe: "
             "kempnerforge/config/{job,distributed,training}.py, "
@@ -87,6 +102,14 @@ class Recipe:
     # K,V repeated to the query heads before attention (torchtitan @ 9dec370 models/llama/
     # model.py repeat_kv; since then SDPA's enable_gqa): the width cp all-gathers (memory.py)
     kv_repeated: bool = False
+    master: int = 4  # bytes of `optimizer` that are the master weights (the rest: moments)
+    ddp_grads: int = 0  # with dp > 1: torch DDP's bf16 buckets beside the main gradients
+    unit_grad: int = 0  # ZeRO-3: a gathered unit's gradient per parameter (0: `gradients`)
+    loss_chunked: bool = False  # the loss never holds the whole logits (memory.py)
+    fp8_activations: bool = False  # FP8 linear inputs stored in FP8 (activations.py)
+    fsdp: str = ""  # "FSDP1" or "FSDP2": the PyTorch FSDP the recipe's ZeRO-3 is
+    loss_parallel_held: bool = False  # tp > 1: DTensor loss_parallel, held with the recompute
+    cost_balanced_stages: bool = False  # pipeline stages split by layer cost (nanotron)
 
 
 @dataclass(frozen=True)
@@ -143,6 +166,9 @@ class Profile:
     # ScheduleInterleaved1F1B (torch/distributed/pipelining/schedules.py, torch 2.13.0)
     interleave_torch_rounds: bool = False
     expert_tp_split: bool = True  # experts may be split over tp (etp = tp) when tp > 1
+    tensor_parallel: bool = True  # tp > 1
+    pipeline_parallel: bool = True  # pp > 1
+    selective_recompute: bool = True  # a recomputation between none and whole layers
 
     @property
     def source(self) -> str:
@@ -153,6 +179,11 @@ class Profile:
         if grad_reduce_in_bf16 and self.framework is Framework.MEGATRON:
             return replace(r, gradients=2)  # --grad-reduce-in-bf16: bf16 main gradients
         return r
+
+    def recipe_for(self, training: TrainingSpec) -> Recipe:
+        """The profile's recipe with the request's memory knobs applied (`with_knobs`)."""
+        t = training
+        return with_knobs(self.recipe(t.precision, t.grad_reduce_in_bf16), t)
 
     def zero_allowed(self, pp: int, dp_cp: int, fp8: bool = False) -> frozenset[int]:
         """ZeRO stages for a layout: none to shard over a single data-parallel rank."""
@@ -219,7 +250,14 @@ MEGATRON = Profile(
     tied_with_pp=True,
     bf16=_MEGATRON,
     fp8_recipe=Recipe(
-        1, 4, 12, fp8_weight_cache=1, extra_weights=2, logits=6, activations="megatron"
+        1,
+        4,
+        12,
+        fp8_weight_cache=1,
+        extra_weights=2,
+        logits=6,
+        activations="megatron",
+        fp8_activations=True,  # Transformer Engine saves its linears' inputs in FP8
     ),
     export="megatron",
     timing=FrameworkTiming(
@@ -268,6 +306,8 @@ _TORCHTITAN = Recipe(
     gather_transient=2,
     pipelined_reduce=6,
     pipeline_buffers=True,
+    fsdp="FSDP2",
+    loss_parallel_held=True,
 )
 
 TORCHTITAN = Profile(
@@ -389,6 +429,8 @@ _KEMPNERFORGE = Recipe(
     activations="flat_12h",
     tp_exposed=True,
     root_gather=False,
+    master=0,
+    fsdp="FSDP2",
 )
 
 KEMPNERFORGE = Profile(
@@ -433,6 +475,134 @@ KEMPNERFORGE = Profile(
     ),
 )
 
+# llm-foundry trains with Composer's PyTorch FSDP1 (fsdp_config in its YAML): mixed_precision PURE
+# casts parameters, gradient reduction and buffers to bf16 while the sharded FlatParameter stays
+# fp32 (the master: no sharded bf16 copy), and the reduced gradient shard is cast back to the
+# fp32 parameter's dtype (torch/distributed/fsdp/_runtime_utils.py _cast_grad_to_param_dtype):
+# 4 + 12 sharded at FULL_SHARD, as torchtitan's. A unit's unsharded flat gradient is in the
+# parameter dtype and is reduce-scattered where it lies (bf16, no fp32 copy): 2 bytes of the
+# unit beside its gathered weights (`unit_grad`). Its default loss is flash-attn's fused
+# cross-entropy on bf16 logits (LOSS_BYTES FUSED_BF16); layers are eager PyTorch with flash
+# attention, LayerNorm and a GELU MLP (modeling_mpt.py, the torchtitan form at tp = 1).
+# Composer's amp_fp8 runs the linears as Transformer Engine's (MPT fc_type te), which save
+# their inputs in FP8.
+_LLM_FOUNDRY = Recipe(
+    2,
+    4,
+    12,
+    logits=LOSS_BYTES[LossKernel.FUSED_BF16],
+    activations="torchtitan",
+    sharded_master_only=True,
+    unit_grad=2,
+    fsdp="FSDP1",
+)
+
+LLM_FOUNDRY = Profile(
+    framework=Framework.LLM_FOUNDRY,
+    title="llm-foundry: Composer with PyTorch FSDP1",
+    # fsdp_config.sharding_strategy: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (HYBRID_SHARD shards
+    # inside a node only: a data-parallel split the planner's layouts do not name)
+    zero_stages=frozenset({0, 2, 3}),
+    zero_stages_pipelined=frozenset(),
+    zero_names=MappingProxyType({0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD"}),
+    interleaving=False,
+    extra_chunks=0,
+    interleave_whole_rounds=False,
+    context_parallel=False,
+    sequence_parallel_required=False,
+    moe_tp_needs_sp=False,
+    expert_tp_one=False,
+    expert_parallel=False,
+    fp8=True,
+    fp8_with_tp=False,
+    fp8_zero_min=0,
+    moe_with_pp=False,
+    tied_with_pp=False,
+    bf16=_LLM_FOUNDRY,
+    fp8_recipe=replace(_LLM_FOUNDRY, fp8_activations=True),
+    export="llm_foundry",
+    timing=FrameworkTiming(
+        kernels="TORCH",
+        tp=False,
+        dp_stages=ALL_STAGES,
+        cp=False,
+        ep=False,
+        pp=False,
+        source=(
+            "mosaicml/llm-foundry @ 8c8dd48: FSDP1 with limit_all_gathers and Composer's "
+            "backward prefetch (BACKWARD_PRE) hides the gathers and reduce-scatters behind the "
+            "layers (the torchtitan FSDP timing constants)"
+        ),
+    ),
+    # llm-foundry trains data-parallel only: its experimental tp_config has no pipeline and
+    # MPT's benchmarks run FSDP alone (scripts/train/benchmarking/README.md)
+    tensor_parallel=False,
+    pipeline_parallel=False,
+    selective_recompute=False,  # fsdp_config.activation_checkpointing wraps whole blocks
+)
+
+# nanotron (config YAML: parallelism dp, tp, pp, tp_mode; optimizer zero_stage 0/1,
+# accumulate_grad_in_fp32): bf16 parameters; FP32GradientAccumulator keeps an fp32 gradient
+# buffer for every parameter, unsharded under ZeRO-1 ("we need to accumulate gradients for all
+# parameters"), and an fp32 copy of the parameters it updates (sharded by ZeRO-1): 2 + 4 +
+# (4 + 8) (optim/gradient_accumulator.py, helpers.py init_optimizer_and_grad_accumulator). With
+# dp > 1 the model is wrapped in torch DDP (trainer.py), whose bf16 buckets stay allocated: 2
+# more (`ddp_grads`); the parameters' bf16 .grad are added to the fp32 buffer and freed after
+# each micro-batch's backward (FP32GradientAccumulator.backward), growing as its activations
+# are freed, so they are not counted. Pipeline stages are split by layer cost (models/base.py;
+# `cost_balanced_stages`). The logits are cast to fp32 (models/llama.py cast_to_fp32) and the
+# sharded cross-entropy keeps that fp32 softmax, its gradient in place (LOSS_BYTES
+# INPLACE_FP32). Layers are eager PyTorch with flash attention and a gated MLP (8f); its
+# reduce_scatter tp mode keeps the sequence shard of the column-parallel inputs and all-gathers
+# them again in backward (tp_recompute_allgather).
+_NANOTRON = Recipe(
+    2,
+    4,
+    12,
+    logits=LOSS_BYTES[LossKernel.INPLACE_FP32],
+    activations="nanotron",
+    ddp_grads=2,
+    cost_balanced_stages=True,  # models/base.py: blocks placed by cumulative compute cost
+)
+
+NANOTRON = Profile(
+    framework=Framework.NANOTRON,
+    title="nanotron: data, tensor and pipeline parallelism with ZeRO-1",
+    zero_stages=frozenset({0, 1}),  # optimizer.zero_stage 0 or 1 (optim/zero.py)
+    zero_stages_pipelined=frozenset({0, 1}),
+    zero_names=MappingProxyType({0: "zero_stage 0", 1: "zero_stage 1"}),
+    interleaving=False,  # pp_engine: 1f1b or afab, no interleaved schedule
+    extra_chunks=0,
+    interleave_whole_rounds=False,
+    context_parallel=False,  # context_parallel_size is not wired into the Llama model
+    sequence_parallel_required=False,  # tp_mode ALL_REDUCE or REDUCE_SCATTER
+    moe_tp_needs_sp=False,
+    expert_tp_one=False,
+    expert_parallel=False,
+    fp8=False,
+    fp8_with_tp=False,
+    fp8_zero_min=0,
+    moe_with_pp=True,
+    tied_with_pp=True,
+    bf16=_NANOTRON,
+    fp8_recipe=_NANOTRON,
+    export="nanotron",
+    timing=FrameworkTiming(
+        kernels="TORCH",
+        tp=False,  # tp_linear_async_communication defaults to False
+        dp_stages=ALL_STAGES,
+        cp=False,
+        ep=False,
+        pp=False,
+        source=(
+            "huggingface/nanotron @ 2411b02: config/parallelism_config.py "
+            "(tp_linear_async_communication False by default); the fp32 accumulator's DDP "
+            "hook reduces each bucket during the last micro-batch's backward (helpers.py)"
+        ),
+    ),
+    selective_recompute=False,  # parallelism.recompute_layer: whole layers only
+)
+
 # The textbook profile: every layout the planner's axes can describe, the recipes of "Why one GPU is
 # not enough" (DeepSeek-V3 book, ch. 11).
 GENERIC = Profile(
@@ -472,7 +642,10 @@ GENERIC = Profile(
 )
 
 PROFILES: Mapping[Framework, Profile] = MappingProxyType(
-    {p.framework: p for p in (GENERIC, MEGATRON, TORCHTITAN, DEEPSPEED, KEMPNERFORGE)}
+    {
+        p.framework: p
+        for p in (GENERIC, MEGATRON, TORCHTITAN, DEEPSPEED, KEMPNERFORGE, LLM_FOUNDRY, NANOTRON)
+    }
 )
 
 

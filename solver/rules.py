@@ -11,7 +11,7 @@ from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel import Point
 from meshplan.solver.hardware import Hardware
 from meshplan.solver.profiles import Profile, profile_of
-from meshplan.solver.schema import Framework, Precision, SearchSpec, TrainingSpec
+from meshplan.solver.schema import Framework, Precision, Recompute, SearchSpec, TrainingSpec
 
 
 def tp_divides_model(A: Arch, tp: int) -> bool:
@@ -223,6 +223,12 @@ def _framework_violations(p: Point, A: Arch, training: TrainingSpec, prof: Profi
         )
     if lay.cp > 1 and not prof.context_parallel:
         out.append(f"{name} has no context parallelism (cp {lay.cp})")
+    if lay.tp > 1 and not prof.tensor_parallel:
+        out.append(f"{name} has no tensor parallelism (tp {lay.tp})")
+    if lay.pp > 1 and not prof.pipeline_parallel:
+        out.append(f"{name} has no pipeline parallelism (pp {lay.pp})")
+    if p.r is Recompute.SELECTIVE and not prof.selective_recompute:
+        out.append(f"{name} recomputes whole layers or nothing (recompute SELECTIVE)")
     if lay.tp > 1 and not lay.sp and sp_required(prof, A):
         out.append(f"{name} needs sequence_parallel with tp > 1")
     if training.precision is Precision.FP8 and lay.tp > 1 and not prof.fp8_with_tp:

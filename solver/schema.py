@@ -36,6 +36,46 @@ class Framework(str, Enum):
     MEGATRON = "MEGATRON"  # Megatron-Core with Transformer Engine
     TORCHTITAN = "TORCHTITAN"  # FSDP2, TP, PP, CP, EP on PyTorch DTensor
     DEEPSPEED = "DEEPSPEED"  # ZeRO 0-3 with Megatron-style TP/PP
+    LLM_FOUNDRY = "LLM_FOUNDRY"  # Composer with PyTorch FSDP1 (its sharding strategies)
+    NANOTRON = "NANOTRON"  # DP + TP + PP with ZeRO-0/1
+
+
+# The profiles whose ZeRO-3 is PyTorch FSDP (solver/profiles.py Recipe.fsdp)
+FSDP_FRAMEWORKS = (Framework.TORCHTITAN, Framework.LLM_FOUNDRY, Framework.KEMPNERFORGE)
+
+
+class LossKernel(str, Enum):
+    """How the loss holds the logits (bytes per logit element: solver/profiles.py LOSS_BYTES)."""
+
+    EAGER_FP32 = "EAGER_FP32"  # F.cross_entropy(logits.float()): bf16 + fp32 + fp32 grad
+    INPLACE_FP32 = "INPLACE_FP32"  # vocab-parallel fp32 softmax kept, gradient in place
+    FUSED_BF16 = "FUSED_BF16"  # one kernel on bf16 logits: the logits and their bf16 gradient
+    CHUNKED = "CHUNKED"  # output layer and loss fused over chunks of tokens: no whole logits
+
+
+class StateDtype(str, Enum):
+    """Data type of a per-parameter state (main gradients, master weights)."""
+
+    FP32 = "FP32"
+    BF16 = "BF16"
+
+
+class FsdpVersion(str, Enum):
+    """PyTorch FSDP implementation: FSDP1 flat parameters or FSDP2 per-parameter DTensors."""
+
+    FSDP1 = "FSDP1"
+    FSDP2 = "FSDP2"
+
+
+class ActivationForm(str, Enum):
+    """Which tensors a layer keeps for its backward (solver/costmodel/activations.py)."""
+
+    FLAT_12H = "FLAT_12H"  # the textbook's 12·h elements per token per layer
+    KORTHIKANTI = "KORTHIKANTI"  # Korthikanti et al. 2022 eq. 1
+    MEGATRON = "MEGATRON"  # Megatron-Core with Transformer Engine: fused SwiGLU, sp shards all
+    TORCHTITAN = "TORCHTITAN"  # eager PyTorch with DTensor TP: gathered linear inputs kept whole
+    KEMPNERFORGE = "KEMPNERFORGE"  # eager PyTorch, the attention module checkpointed
+    NANOTRON = "NANOTRON"  # eager PyTorch, sp keeps shards and re-gathers in backward
 
 
 class _Strict(BaseModel):
@@ -250,6 +290,50 @@ class TrainingSpec(_Strict):
             "(Megatron-LM --grad-reduce-in-bf16; NeMo's grad_sync_dtype bf16); MEGATRON only."
         ),
     )
+    loss_kernel: LossKernel | None = Field(
+        default=None,
+        description=(
+            "How the loss holds the logits: EAGER_FP32 (12 bytes per logit element), "
+            "INPLACE_FP32 (6), FUSED_BF16 (4), CHUNKED (no whole logits); None: the framework "
+            "profile's."
+        ),
+    )
+    grad_dtype: StateDtype | None = Field(
+        default=None,
+        description=(
+            "Data type of the main gradients kept per parameter (FP32: 4 bytes, BF16: 2); None: "
+            "the framework profile's."
+        ),
+    )
+    master_dtype: StateDtype | None = Field(
+        default=None,
+        description=(
+            "Data type of the optimizer's master weights (FP32: a 4-byte copy; BF16: the bf16 "
+            "parameters are updated in place); None: the framework profile's."
+        ),
+    )
+    fsdp_version: FsdpVersion | None = Field(
+        default=None,
+        description=(
+            "PyTorch FSDP implementation under ZeRO-3 (FSDP1 flat parameters reduce-scatter a "
+            "unit's gradient in the parameter dtype; FSDP2 copies it into an fp32 reduce "
+            "buffer); None: the framework profile's (FSDP profiles only)."
+        ),
+    )
+    activation_form: ActivationForm | None = Field(
+        default=None,
+        description=(
+            "Which tensors each layer keeps for its backward (the framework's code); None: the "
+            "framework profile's."
+        ),
+    )
+    fp8_activations: bool | None = Field(
+        default=None,
+        description=(
+            "FP8 training stores the linear layers' inputs in FP8, 1 byte an element "
+            "(Transformer Engine); None: the framework profile's (needs precision FP8)."
+        ),
+    )
     fused_attention: bool = Field(
         default=True,
         description=(
@@ -305,6 +389,16 @@ class TrainingSpec(_Strict):
 
     @model_validator(mode="after")
     def _batch(self) -> TrainingSpec:
+        if self.fsdp_version is not None and self.framework not in FSDP_FRAMEWORKS:
+            raise ValueError(
+                f"training.fsdp_version {self.fsdp_version.value} needs a PyTorch FSDP profile "
+                f"({', '.join(f.value for f in FSDP_FRAMEWORKS)}), not training.framework "
+                f"{self.framework.value}"
+            )
+        if self.fp8_activations and self.precision is not Precision.FP8:
+            raise ValueError("fp8_activations needs precision FP8 (BF16 keeps bf16 activations)")
+        if self.grad_reduce_in_bf16 and self.grad_dtype is StateDtype.FP32:
+            raise ValueError("grad_dtype FP32 contradicts grad_reduce_in_bf16 (bf16 gradients)")
         g = self.global_batch_tokens
         if g and g % self.seq_len != 0:
             raise ValueError(
@@ -389,6 +483,16 @@ class ParallelConfig(_Strict):
         return data
 
 
+# The usable memory (HBM - RESERVE_GIB) / (1 + FRAGMENTATION), from what measured runs leave free
+# (python -m benchmarks memory): every published layout still fits with a fixed reserve of up to
+# 1.14 GiB (the tightest, Megatron's Qwen3-235B zoo runs on 80 GB and llm-foundry's MPT-1B on
+# A100-40GB), room for a CUDA context and NCCL's buffers (NCCL_BUFFSIZE 4 MiB per channel)
+RESERVE_GIB = 1.0
+# torchtitan's and nanotron's max_memory_reserved peaks are their tenants' (allocated) x 1.10:
+# median |error| 4.9% and 3.3% (benchmarks/memory.py)
+FRAGMENTATION = 0.10
+
+
 class SearchSpec(_Strict):
     """Pins (0/None = free) and the constraints of the search."""
 
@@ -412,14 +516,20 @@ class SearchSpec(_Strict):
         default=False, description="Allow plans that leave some of num_gpus idle."
     )
     memory_reserve_gib: float = Field(
-        default=3.0,
-        description="Fixed per-GPU reserve for CUDA context and NCCL buffers (GiB; about 2 + 1).",
+        default=RESERVE_GIB,
+        description=(
+            "Fixed per-GPU reserve for the CUDA context and NCCL buffers (GiB; default 1: what "
+            "the tightest published runs leave beside their peak)."
+        ),
         ge=0,
         le=1024,
     )
     memory_fragmentation: float = Field(
-        default=0.10,
-        description="Allocator fragmentation as a fraction of the allocated bytes (typically 5-15%).",
+        default=FRAGMENTATION,
+        description=(
+            "Caching-allocator fragmentation as a fraction of the allocated bytes (default 0.10: "
+            "reserved over allocated peaks of published runs)."
+        ),
         ge=0,
         le=1,
     )

@@ -187,7 +187,9 @@ class Space:
         g = gcd(A.a, A.kv)
         vals = [t for t in divisors(g) if (t <= self.H.gpn or t == q.tp) and tp_divides_model(A, t)]
         vals = [t for t in vals if self.training.seq_len % (2 * t) == 0]
-        if self.training.precision is Precision.FP8 and not prof.fp8_with_tp:
+        if not prof.tensor_parallel or (
+            self.training.precision is Precision.FP8 and not prof.fp8_with_tp
+        ):
             vals = [t for t in vals if t == 1]
         if sp_required(prof, A) and q.sequence_parallel is False:
             vals = [t for t in vals if t == 1]
@@ -234,6 +236,7 @@ class Space:
         A, q, s, prof = self.A, self.search, self.training.seq_len, self.profile
         counts = fewer_gpu_counts(n, self.H.gpn) if q.allow_fewer_gpus else [n]
         no_pp = (A.is_moe and not prof.moe_with_pp) or (A.tied and not prof.tied_with_pp)
+        no_pp = no_pp or not prof.pipeline_parallel
         max_p = 1 if no_pp else A.L + prof.extra_chunks
         groups = {t: self.expert_groups(t) for t in self.tp_values()}
         sp_pin = q.sequence_parallel is not False
@@ -290,6 +293,13 @@ class Space:
     def _generate(self, n: int, prune: bool = True) -> None:
         q = self.search
         self.rs = [q.recompute] if q.recompute else list(Recompute)
+        if not self.profile.selective_recompute:
+            if q.recompute is Recompute.SELECTIVE:
+                raise ValueError(
+                    f"search.recompute SELECTIVE: {self.profile.title} recomputes whole layers "
+                    "or nothing (NONE or FULL)"
+                )
+            self.rs = [r for r in self.rs if r is not Recompute.SELECTIVE]
         self.zs = [q.zero_stage] if q.zero_stage is not None else [0, 1, 2, 3]
         grid = cache.grid(self.grid_key(n), lambda: self._grid(n))
         self._least_db = grid.least_db

@@ -149,7 +149,9 @@ def _fits_alone(spec: dict, k: int) -> bool:
 
 # tp, pp and cp pinned: memory is tight enough that each field below changes whether the job
 # fits on one of `PROBES` GPUs (16: 8, 24, 256: 128 and 256 for the batch caps).
-PINNED = _req("llama3-70b", 8, search={"tp": 8, "pp": 1, "cp": 1})
+# The probes were chosen with a 3 GiB reserve (the default then): kept, so each field still matters.
+TIGHT = {"memory_reserve_gib": 3.0}
+PINNED = _req("llama3-70b", 8, search={"tp": 8, "pp": 1, "cp": 1, **TIGHT})
 PROBES = (16, 24, 256)
 VARIANTS = {
     "model": {"model": {"preset": "llama3-405b"}},
@@ -159,10 +161,10 @@ VARIANTS = {
     "framework": {"training": {"seq_len": 8192, "framework": "DEEPSPEED"}},
     "global_batch": {"training": {"seq_len": 8192, "global_batch_tokens": 8192 * 24}},
     "critical_batch": {"training": {"seq_len": 8192, "critical_batch_tokens": 8192 * 16}},
-    "tp": {"search": {"tp": 1, "pp": 1, "cp": 1}},
-    "zero_stage": {"search": {"tp": 8, "pp": 1, "cp": 1, "zero_stage": 0}},
-    "recompute": {"search": {"tp": 8, "pp": 1, "cp": 1, "recompute": "NONE"}},
-    "micro_batch": {"search": {"tp": 8, "pp": 1, "cp": 1, "micro_batch_size": 8}},
+    "tp": {"search": {"tp": 1, "pp": 1, "cp": 1, **TIGHT}},
+    "zero_stage": {"search": {"tp": 8, "pp": 1, "cp": 1, "zero_stage": 0, **TIGHT}},
+    "recompute": {"search": {"tp": 8, "pp": 1, "cp": 1, "recompute": "NONE", **TIGHT}},
+    "micro_batch": {"search": {"tp": 8, "pp": 1, "cp": 1, "micro_batch_size": 16, **TIGHT}},
     "reserve": {"search": {"tp": 8, "pp": 1, "cp": 1, "memory_reserve_gib": 40}},
 }
 

@@ -14,7 +14,25 @@ from meshplan.solver.results import PlanStatus
 # Counts with many and few divisors, as the issue asks, besides small ones.
 GPU_COUNTS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 96, 1536, 2520, 6144]
 # Every framework profile: its rules are constraints of the space the oracle walks.
-FRAMEWORKS = ["GENERIC", "MEGATRON", "TORCHTITAN", "DEEPSPEED", "KEMPNERFORGE"]
+FRAMEWORKS = [
+    "GENERIC",
+    "MEGATRON",
+    "TORCHTITAN",
+    "DEEPSPEED",
+    "KEMPNERFORGE",
+    "LLM_FOUNDRY",
+    "NANOTRON",
+]
+FSDP = ("TORCHTITAN", "KEMPNERFORGE", "LLM_FOUNDRY")  # the profiles with a fsdp_version
+NO_FP8 = ("DEEPSPEED", "NANOTRON")
+WHOLE_LAYERS = ("LLM_FOUNDRY", "NANOTRON")  # no selective recomputation
+# The memory recipe's knobs (solver/schema.py TrainingSpec): None keeps the profile's default.
+KNOBS = {
+    "loss_kernel": [None, "EAGER_FP32", "INPLACE_FP32", "FUSED_BF16", "CHUNKED"],
+    "grad_dtype": [None, "FP32", "BF16"],
+    "master_dtype": [None, "FP32", "BF16"],
+    "activation_form": [None, "FLAT_12H", "MEGATRON", "TORCHTITAN", "NANOTRON"],
+}
 
 
 def oracle_settings(max_examples: int) -> settings:
@@ -69,6 +87,11 @@ def instances(draw: st.DrawFn) -> PlanRequest:
         training["ep_dispatch_dedup"] = draw(st.booleans())
         training["ep_comm_overlap"] = draw(st.booleans())
         training["moe_router_force_balance"] = draw(st.booleans())
+    for knob, values in KNOBS.items():
+        if (v := draw(st.sampled_from(values))) is not None:
+            training[knob] = v
+    if framework in FSDP and draw(st.booleans()):
+        training["fsdp_version"] = draw(st.sampled_from(["FSDP1", "FSDP2"]))
     if draw(st.booleans()):
         training["critical_batch_tokens"] = seq * draw(st.sampled_from([8, 64, 4096]))
     else:
@@ -86,14 +109,16 @@ def instances(draw: st.DrawFn) -> PlanRequest:
     elif pin == "zero_stage":
         search["zero_stage"] = draw(st.integers(0, 3))
     elif pin == "recompute":
-        search["recompute"] = draw(st.sampled_from(["NONE", "SELECTIVE", "FULL"]))
+        whole = framework in WHOLE_LAYERS
+        search["recompute"] = draw(st.sampled_from(["NONE", "FULL"] + ["SELECTIVE"] * (not whole)))
     elif pin == "cp":
         search["cp"] = 2 if n % 2 == 0 else 1
     elif pin == "etp" and moe:
         search["etp"] = 1
     gpu = draw(st.sampled_from(["h100-sxm-80gb", "a100-sxm-40gb"]))
-    if gpu.startswith("h100") and framework != "DEEPSPEED" and draw(st.booleans()):
+    if gpu.startswith("h100") and framework not in NO_FP8 and draw(st.booleans()):
         training["precision"] = "FP8"
+        training["fp8_activations"] = draw(st.sampled_from([None, True, False]))
     cluster = {
         "gpu": gpu,
         "num_gpus": n,

@@ -27,6 +27,38 @@ class Framework(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FRAMEWORK_MEGATRON: _ClassVar[Framework]
     FRAMEWORK_TORCHTITAN: _ClassVar[Framework]
     FRAMEWORK_DEEPSPEED: _ClassVar[Framework]
+    FRAMEWORK_LLM_FOUNDRY: _ClassVar[Framework]
+    FRAMEWORK_NANOTRON: _ClassVar[Framework]
+
+class LossKernel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOSS_KERNEL_UNSPECIFIED: _ClassVar[LossKernel]
+    LOSS_KERNEL_EAGER_FP32: _ClassVar[LossKernel]
+    LOSS_KERNEL_INPLACE_FP32: _ClassVar[LossKernel]
+    LOSS_KERNEL_FUSED_BF16: _ClassVar[LossKernel]
+    LOSS_KERNEL_CHUNKED: _ClassVar[LossKernel]
+
+class StateDtype(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STATE_DTYPE_UNSPECIFIED: _ClassVar[StateDtype]
+    STATE_DTYPE_FP32: _ClassVar[StateDtype]
+    STATE_DTYPE_BF16: _ClassVar[StateDtype]
+
+class FsdpVersion(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FSDP_VERSION_UNSPECIFIED: _ClassVar[FsdpVersion]
+    FSDP_VERSION_FSDP1: _ClassVar[FsdpVersion]
+    FSDP_VERSION_FSDP2: _ClassVar[FsdpVersion]
+
+class ActivationForm(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACTIVATION_FORM_UNSPECIFIED: _ClassVar[ActivationForm]
+    ACTIVATION_FORM_FLAT_12H: _ClassVar[ActivationForm]
+    ACTIVATION_FORM_KORTHIKANTI: _ClassVar[ActivationForm]
+    ACTIVATION_FORM_MEGATRON: _ClassVar[ActivationForm]
+    ACTIVATION_FORM_TORCHTITAN: _ClassVar[ActivationForm]
+    ACTIVATION_FORM_KEMPNERFORGE: _ClassVar[ActivationForm]
+    ACTIVATION_FORM_NANOTRON: _ClassVar[ActivationForm]
 PRECISION_UNSPECIFIED: Precision
 PRECISION_BF16: Precision
 PRECISION_FP8: Precision
@@ -40,6 +72,26 @@ FRAMEWORK_KEMPNERFORGE: Framework
 FRAMEWORK_MEGATRON: Framework
 FRAMEWORK_TORCHTITAN: Framework
 FRAMEWORK_DEEPSPEED: Framework
+FRAMEWORK_LLM_FOUNDRY: Framework
+FRAMEWORK_NANOTRON: Framework
+LOSS_KERNEL_UNSPECIFIED: LossKernel
+LOSS_KERNEL_EAGER_FP32: LossKernel
+LOSS_KERNEL_INPLACE_FP32: LossKernel
+LOSS_KERNEL_FUSED_BF16: LossKernel
+LOSS_KERNEL_CHUNKED: LossKernel
+STATE_DTYPE_UNSPECIFIED: StateDtype
+STATE_DTYPE_FP32: StateDtype
+STATE_DTYPE_BF16: StateDtype
+FSDP_VERSION_UNSPECIFIED: FsdpVersion
+FSDP_VERSION_FSDP1: FsdpVersion
+FSDP_VERSION_FSDP2: FsdpVersion
+ACTIVATION_FORM_UNSPECIFIED: ActivationForm
+ACTIVATION_FORM_FLAT_12H: ActivationForm
+ACTIVATION_FORM_KORTHIKANTI: ActivationForm
+ACTIVATION_FORM_MEGATRON: ActivationForm
+ACTIVATION_FORM_TORCHTITAN: ActivationForm
+ACTIVATION_FORM_KEMPNERFORGE: ActivationForm
+ACTIVATION_FORM_NANOTRON: ActivationForm
 
 class MoESpec(_message.Message):
     __slots__ = ("num_experts", "top_k", "expert_ffn_hidden_size", "num_shared_experts", "num_dense_layers")
@@ -100,7 +152,7 @@ class ClusterSpec(_message.Message):
     def __init__(self, gpu: _Optional[str] = ..., num_gpus: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., hbm_gib: _Optional[float] = ..., peak_bf16_tflops: _Optional[float] = ..., intra_node_gbps: _Optional[float] = ..., inter_node_gbps: _Optional[float] = ...) -> None: ...
 
 class TrainingSpec(_message.Message):
-    __slots__ = ("seq_len", "global_batch_tokens", "critical_batch_tokens", "precision", "framework", "train_tokens", "fused_attention", "grad_reduce_in_bf16", "tp_comm_overlap", "dp_comm_overlap", "cp_comm_overlap", "ep_comm_overlap", "ep_dispatch_dedup", "moe_router_force_balance")
+    __slots__ = ("seq_len", "global_batch_tokens", "critical_batch_tokens", "precision", "framework", "train_tokens", "fused_attention", "grad_reduce_in_bf16", "tp_comm_overlap", "dp_comm_overlap", "cp_comm_overlap", "ep_comm_overlap", "ep_dispatch_dedup", "moe_router_force_balance", "loss_kernel", "grad_dtype", "master_dtype", "fsdp_version", "activation_form", "fp8_activations")
     SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CRITICAL_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +167,12 @@ class TrainingSpec(_message.Message):
     EP_COMM_OVERLAP_FIELD_NUMBER: _ClassVar[int]
     EP_DISPATCH_DEDUP_FIELD_NUMBER: _ClassVar[int]
     MOE_ROUTER_FORCE_BALANCE_FIELD_NUMBER: _ClassVar[int]
+    LOSS_KERNEL_FIELD_NUMBER: _ClassVar[int]
+    GRAD_DTYPE_FIELD_NUMBER: _ClassVar[int]
+    MASTER_DTYPE_FIELD_NUMBER: _ClassVar[int]
+    FSDP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATION_FORM_FIELD_NUMBER: _ClassVar[int]
+    FP8_ACTIVATIONS_FIELD_NUMBER: _ClassVar[int]
     seq_len: int
     global_batch_tokens: int
     critical_batch_tokens: int
@@ -129,7 +187,13 @@ class TrainingSpec(_message.Message):
     ep_comm_overlap: bool
     ep_dispatch_dedup: bool
     moe_router_force_balance: bool
-    def __init__(self, seq_len: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ..., critical_batch_tokens: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., framework: _Optional[_Union[Framework, str]] = ..., train_tokens: _Optional[int] = ..., fused_attention: _Optional[bool] = ..., grad_reduce_in_bf16: _Optional[bool] = ..., tp_comm_overlap: _Optional[bool] = ..., dp_comm_overlap: _Optional[bool] = ..., cp_comm_overlap: _Optional[bool] = ..., ep_comm_overlap: _Optional[bool] = ..., ep_dispatch_dedup: _Optional[bool] = ..., moe_router_force_balance: _Optional[bool] = ...) -> None: ...
+    loss_kernel: LossKernel
+    grad_dtype: StateDtype
+    master_dtype: StateDtype
+    fsdp_version: FsdpVersion
+    activation_form: ActivationForm
+    fp8_activations: bool
+    def __init__(self, seq_len: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ..., critical_batch_tokens: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., framework: _Optional[_Union[Framework, str]] = ..., train_tokens: _Optional[int] = ..., fused_attention: _Optional[bool] = ..., grad_reduce_in_bf16: _Optional[bool] = ..., tp_comm_overlap: _Optional[bool] = ..., dp_comm_overlap: _Optional[bool] = ..., cp_comm_overlap: _Optional[bool] = ..., ep_comm_overlap: _Optional[bool] = ..., ep_dispatch_dedup: _Optional[bool] = ..., moe_router_force_balance: _Optional[bool] = ..., loss_kernel: _Optional[_Union[LossKernel, str]] = ..., grad_dtype: _Optional[_Union[StateDtype, str]] = ..., master_dtype: _Optional[_Union[StateDtype, str]] = ..., fsdp_version: _Optional[_Union[FsdpVersion, str]] = ..., activation_form: _Optional[_Union[ActivationForm, str]] = ..., fp8_activations: _Optional[bool] = ...) -> None: ...
 
 class ParallelConfig(_message.Message):
     __slots__ = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches", "zero_stage", "recompute", "sequence_parallel", "etp")

@@ -6,7 +6,7 @@ framework profile (`Recipe.activations`).
   parallelism and MoE/dense layers in the proportions of Korthikanti et al. 2022 eq. 1.
 - "korthikanti": Korthikanti et al. 2022 eq. 1 generalised to GQA and gated MLPs (34·h bytes for
   a GPT layer; kept for the comparison benchmarks/fidelity.py prints).
-- "megatron", "torchtitan", "kempnerforge": the tensors a layer keeps for its backward with
+- "megatron", "torchtitan", "kempnerforge", "nanotron": the tensors a layer keeps for its backward with
   fused attention, no dropout and RMSNorm (FlashAttention keeps q, k, v, its output and per-row
   statistics, Dao et al. 2022): the two norm inputs (2·2h), the two norm outputs feeding the
   column-parallel linears (2·2h), q and the attention output (2·2·a·d), k and v (2·2·kv·d) and
@@ -14,7 +14,9 @@ framework profile (`Recipe.activations`).
   6f with Megatron's fused SwiGLU). Megatron's sequence
   parallelism keeps only its sequence shard of the norm outputs and gathers it again in backward
   (Korthikanti §4.2.2), so every tensor is split over tp; DTensor TP (torchtitan, KempnerForge)
-  saves the all-gathered input of each column-parallel matmul, whole on every tp rank.
+  saves the all-gathered input of each column-parallel matmul, whole on every tp rank;
+  nanotron's reduce_scatter tp mode keeps the shard and gathers it again in backward
+  (nanotron @ 2411b02 tp_recompute_allgather), with eager PyTorch's 8f gated MLP.
 
 Without fused attention the scores add 5·a·s bytes per token (Korthikanti eq. 2: softmax, its
 dropout mask and output). Selective recomputation: Megatron recomputes the core attention, which
@@ -75,7 +77,7 @@ def _layer(c: Ctx, lay: LayoutOrRows, r: Recompute, width: int, routed: int) -> 
     h, aw, kvw = A.h, A.attn_width, A.kv * A.head_dim
     # gated MLP: Megatron's fused fc1 [gate | up] and SwiGLU keep fc1's output and fc2's input
     # (6f; megatron/core/fusions/fused_bias_swiglu.py), eager PyTorch also silu(gate) (8f)
-    gate = (6 if form == "megatron" else 8) if A.gated else 4
+    gate = (6 if form == "megatron" else 8) if A.gated else 4  # nanotron: GLUActivation eager
     mlp = gate * width + ACT_BYTES * routed * h
     scores = 5.0 * A.a * c.s if (r is Recompute.NONE and not c.fused_attention) else 0.0
     if r is Recompute.SELECTIVE and form == "torchtitan":
@@ -85,11 +87,26 @@ def _layer(c: Ctx, lay: LayoutOrRows, r: Recompute, width: int, routed: int) -> 
         # the attention module is checkpointed: its input, the MLP's gathered input and its own
         return (4.0 * h + 2.0 * h) / _sp(lay) + 2.0 * h + mlp / T
     split = 4.0 * aw + 4.0 * kvw + mlp + scores
+    norm_out = 4.0 * h  # the two norm outputs, the column-parallel linears' inputs
+    if c.recipe.fp8_activations:
+        # Transformer Engine saves each linear's input as FP8, 1 byte an element (NVIDIA/
+        # TransformerEngine @ d0067d0 module/layernorm_linear.py ln_out, module/linear.py
+        # saved_inputmat): the norm outputs and fc2's input halve, the experts' dispatched
+        # tokens too; the attention output is saved again as proj's FP8 input
+        norm_out /= 2
+        split += aw - width - routed * h
     if form == "megatron":
         if r is Recompute.SELECTIVE and routed:
             split -= 2.0 * A.fe * routed  # moe_act: the routed experts' activation outputs
-        return (8.0 * h) / _sp(lay) + split / T
-    return (4.0 * h) / _sp(lay) + 4.0 * h + split / T  # the gathered linear inputs: whole
+        return (4.0 * h + norm_out) / _sp(lay) + split / T
+    if form == "nanotron":
+        if A.kv == A.a:
+            # multi-head attention: q, k, v are views of one contiguous [3, b, s, heads, d] copy
+            # of the qkv projection, kept whole while flash attention holds q, beside the K,V it
+            # concatenates anew (nanotron @ 2411b02 models/llama.py CausalSelfAttention.forward)
+            split += 4.0 * aw
+        return (4.0 * h + norm_out) / _sp(lay) + split / T  # shards, re-gathered in backward
+    return (4.0 * h) / _sp(lay) + norm_out + split / T  # the gathered linear inputs: whole
 
 
 def _sp(lay: LayoutOrRows) -> np.ndarray:

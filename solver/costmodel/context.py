@@ -11,9 +11,19 @@ from meshplan.solver.costmodel.constants import Constants
 from meshplan.solver.costmodel.framework_timing import Overlaps
 from meshplan.solver.hardware import GIB, Hardware
 from meshplan.solver.profiles import ACT_BYTES, LOGIT_BYTES, Profile, Recipe, profile_of
-from meshplan.solver.schema import Framework, Precision
+from meshplan.solver.schema import FRAGMENTATION, RESERVE_GIB, Framework, Precision, TrainingSpec
 
-__all__ = ["ACT_BYTES", "LOGIT_BYTES", "STATE_BYTES", "Ctx", "Recipe", "recipe_for"]
+__all__ = [
+    "ACT_BYTES",
+    "FRAGMENTATION",
+    "LOGIT_BYTES",
+    "RESERVE_GIB",
+    "STATE_BYTES",
+    "Ctx",
+    "Recipe",
+    "recipe_for",
+    "recipe_of",
+]
 
 # Static bytes per parameter (weights, gradients, optimizer incl. fp32 master): 16 B BF16, 9 B FP8,
 # "Why one GPU is not enough" (DeepSeek-V3 book, ch. 11).
@@ -23,6 +33,11 @@ STATE_BYTES = {Precision.BF16: (2, 2, 12), Precision.FP8: (1, 2, 6)}
 def recipe_for(framework: Framework, precision: Precision, grad_bf16: bool = False) -> Recipe:
     """The memory recipe of a framework profile (solver/profiles.py)."""
     return profile_of(framework).recipe(precision, grad_bf16)
+
+
+def recipe_of(training: TrainingSpec) -> Recipe:
+    """The memory recipe of a request: its profile's, with the request's knobs applied."""
+    return profile_of(training.framework).recipe_for(training)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ costmodel/activations.py.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -155,10 +157,67 @@ def _logits_held(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     A, rc = c.A, c.recipe
     vocab = A.V / (lay.tp if rc.vocab_parallel else 1)
     out = vocab * rc.logits
+    if rc.loss_chunked:
+        # Liger-Kernel @ ead96b6 ops/fused_linear_cross_entropy.py: chunks of next_power_of_2(
+        # BT / ceil(V/h)) tokens hold their bf16 logits (gradient in place), under 2·h of them
+        # a token, and grad_input = zeros_like(input) keeps h bf16 elements a token
+        out = ACT_BYTES * (2.0 * vocab / -(-A.V // A.h) + A.h)
     if rc.activations in DTENSOR_HEAD:
         # the output layer's input, gathered whole on every tp rank
         out = pick(lay.tp > 1, out + ACT_BYTES * A.h, out)
     return _seq_shard(c, lay) * out
+
+
+def _stage_layers(c: Ctx, stage: str) -> Callable[[tuple[int, int]], Fraction]:
+    """Layers on the stage per (pp, v): the heaviest stage's, or where the recipe balances the
+    stages by cost (`Recipe.cost_balanced_stages`), the first or last stage's own."""
+    A = c.A
+    if not c.recipe.cost_balanced_stages:
+        return lambda pv: n_stage(A.L, pv[0], pv[1])
+    layer = 4 * A.a * A.head_dim * A.h + 3 * A.f * A.h
+    end = 0 if stage == "first" else -1
+    return lambda pv: Fraction(cost_balanced_split(A.L, layer, A.V * A.h, pv[0])[end])
+
+
+@functools.lru_cache(maxsize=1024)
+def cost_balanced_split(L: int, layer: int, head: int, pp: int) -> tuple[int, ...]:
+    """Decoder layers per pipeline rank when blocks are placed by cumulative cost (nanotron @
+    2411b02 models/base.py build_model, costs of models/llama.py get_block_compute_costs: a layer
+    4·a·d·h + 3·f·h, the output layer V·h, the embedding 0): a block goes to the current rank,
+    which is closed once the running cost passes its share (rank + 1)/pp of the total."""
+    total = L * layer + head
+    out, rank, cum = [0] * pp, 0, 0
+    for i in range(L + 1):  # the layers, then the output layer
+        cum += layer if i < L else head
+        if i < L:
+            out[rank] += 1
+        if cum > total * (rank + 1) / pp and rank < pp - 1:
+            rank += 1
+    return tuple(out)
+
+
+def _is_full(r: Recompute) -> bool:
+    return r is Recompute.FULL
+
+
+def _loss_or_recompute(c: Ctx, lay: LayoutOrRows, stage: str, full: bool) -> np.ndarray:
+    """The loss's logits (on the last stage) and, under full recomputation, the block being
+    recomputed: the larger of the two, as autograd frees the loss's saved tensors once their
+    node has run, before the backward reaches the first block to recompute. Under DTensor's
+    loss_parallel (`Recipe.loss_parallel_held`, tp > 1) both are counted: its decomposed
+    log-softmax and fused nll/log-softmax backward run through DTensor's dispatch (pytorch
+    torch/distributed/tensor/parallel/loss.py), and torchtitan's 70B 2-D runs print a peak 14 GiB
+    above the larger of the two."""
+    held = per_rows(_logits_held, c, lay)
+    if stage == "first":
+        held = pick(lay.pp > 1, 0.0, held)
+    if not full:
+        return held
+    block = per_rows(_full_transient, c, lay)
+    both = held + block
+    if not c.recipe.loss_parallel_held:
+        return maximum(held, block)
+    return pick(lay.tp > 1, both, maximum(held, block))
 
 
 def _boundary(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
@@ -202,7 +261,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     """Terms summing to the stage's bytes, and pairs of which only the smaller counts."""
     terms: list[Term] = []
     A, rc = c.A, c.recipe
-    pv_stage = lambda pv: n_stage(A.L, pv[0], pv[1])  # noqa: E731
+    pv_stage = _stage_layers(c, stage)
     inv_group = lambda te: Fraction(1, te[1] * te[2])  # noqa: E731  experts over ep·etp
     for tenant, nbytes, k in (("weights", c.wb, 3), ("gradients", c.gb, 2), ("optimizer", c.ob, 1)):
         if nbytes == 0:
@@ -246,6 +305,17 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
                     te=inv_group,
                 )
             )
+    if rc.ddp_grads:
+        # torch DDP's gradient buckets, full size beside the main gradients, with dp·cp > 1
+        ddp = rc.ddp_grads
+
+        def ddp_part(part: str) -> Callable[[LayoutOrRows, object], np.ndarray]:
+            return lambda lay, _: pick(dp_cp(lay) > 1, _bytes(c, lay, part, ddp), 0.0)
+
+        terms.append(Term("gradients", ddp_part("dense"), pv=pv_stage))
+        terms.append(Term("gradients", ddp_part(stage)))
+        if A.is_moe:
+            terms.append(Term("gradients", ddp_part("expert"), pv=pv_stage, te=inv_group))
     if rc.fp8_weight_cache:
         # FP8 copies of the layers' linear weights cached across micro-batches; a weight-sharding
         # stage drops them (Megatron-FSDP).
@@ -274,7 +344,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     # ZeRO-3 gathers two layers' weights (current + prefetch) and one layer's gradients, and at
     # the loss the unit holding the output layer (with the embedding when pp = 1).
     z3 = lambda z: z >= 3  # noqa: E731
-    g = 2 * c.wb + c.gb
+    g = 2 * c.wb + (rc.unit_grad or c.gb)  # FSDP1 reduce-scatters the bf16 flat gradient
 
     def gathered(lay: LayoutOrRows, on: bool) -> np.ndarray | float:
         if not on:
@@ -299,16 +369,11 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     def act(lay: LayoutOrRows, r: Recompute) -> np.ndarray:
         return per_rows(_act, c, lay, r)
 
-    def transient(lay: LayoutOrRows, r: Recompute) -> np.ndarray | float:
-        return per_rows(_full_transient, c, lay) if r is Recompute.FULL else 0.0
-
-    def logits(lay: LayoutOrRows, _: object) -> np.ndarray:
-        held = per_rows(_logits_held, c, lay)
-        return pick(lay.pp > 1, 0.0, held) if stage == "first" else held
+    def at_loss(lay: LayoutOrRows, full: bool) -> np.ndarray:
+        return per_rows(_loss_or_recompute, c, lay, stage, full)
 
     mb = BatchFactor.of(1, 0)
-    terms.append(Term("activations", transient, sel="r", db=mb))
-    terms.append(Term("activations", logits, db=mb))
+    terms.append(Term("activations", at_loss, sel="r", key=_is_full, db=mb))
     if not (c.overlaps.cp_ring if c.overlaps else profile_of(c.framework).timing.cp_ring):
         terms.append(Term("activations", lambda lay, _: per_rows(_kv_gathered, c, lay), db=mb))
     if rc.pipeline_buffers:
@@ -324,7 +389,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
 
         def q_first(pv: tuple[int, int]) -> Fraction:
             p, v = pv
-            nc = n_chunk(A.L, p, v)
+            nc = n_chunk(A.L, p, v) if v > 1 else int(pv_stage(pv))
             return Fraction(nc * p if v == 1 else nc * (v * p + p - 1))
 
         pairs.append(
@@ -337,7 +402,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
 
         def q_last(pv: tuple[int, int]) -> Fraction:
             p, v = pv
-            nc = n_chunk(A.L, p, v)
+            nc = n_chunk(A.L, p, v) if v > 1 else int(pv_stage(pv))
             return Fraction(nc if v == 1 else nc * ((v - 1) * p + 1))
 
         terms.append(Term("activations", act, sel="r", pv=q_last, db=mb))

@@ -14,7 +14,7 @@ import numpy as np
 from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel.band import error_band
 from meshplan.solver.costmodel.constants import Constants, load_constants
-from meshplan.solver.costmodel.context import Ctx, Recipe, recipe_for, reserve_default
+from meshplan.solver.costmodel.context import Ctx, Recipe, recipe_of, reserve_default
 from meshplan.solver.costmodel.factors import Fractions
 from meshplan.solver.costmodel.framework_timing import overlaps_for
 from meshplan.solver.costmodel.memory import TENANTS, memory_terms
@@ -73,7 +73,7 @@ def context(
         constants or load_constants(),
         reserve_default(search.memory_reserve_gib),
         search.memory_fragmentation,
-        recipe or recipe_for(training.framework, training.precision, training.grad_reduce_in_bf16),
+        recipe or recipe_of(training),
         framework=training.framework,
         overlaps=overlaps_for(training),
         fused_attention=training.fused_attention,

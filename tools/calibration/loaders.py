@@ -9,7 +9,9 @@ guide's measurements (`tools/calibration/published/kempnerforge_runs.json`). Eac
 the run used), the published layout, and the published speed as tokens/s per GPU (every
 source's FLOP convention undone: `CONVERSIONS`). Fields a source does not publish take the
 per-source default stated in `DEFAULTS`; each run lists the defaults it used (`assumptions`).
-This module loads the first and the last; tools/calibration/megatron.py the second;
+fsdp_runs.json (llm-foundry, nanotron) is loaded by tools/calibration/fsdp.py (`load_fsdp`;
+`load_calibration` returns every run, `load_all` the three files the time constants are fitted
+on). This module loads the first and the last; tools/calibration/megatron.py the second;
 tools/calibration/runs.py holds the run model and what the loaders share;
 tools/calibration/sources.py the conventions in words.
 """
@@ -31,10 +33,12 @@ from meshplan.solver.schema import (
     Recompute,
     TrainingSpec,
 )
+from meshplan.tools.calibration.fsdp import load_fsdp
 from meshplan.tools.calibration.megatron import load_megatron
 from meshplan.tools.calibration.runs import (
     CATEGORIES,
     DATA,
+    DEFAULT_FSDP,
     DEFAULT_MEGATRON,
     DEFAULT_PUBLISHED,
     FRAMEWORKS,
@@ -56,6 +60,7 @@ __all__ = [
     "CONVERSIONS",
     "DATA",
     "DEFAULTS",
+    "DEFAULT_FSDP",
     "DEFAULT_MEGATRON",
     "DEFAULT_PUBLISHED",
     "FRAMEWORKS",
@@ -63,6 +68,8 @@ __all__ = [
     "CalibrationRun",
     "Category",
     "load_all",
+    "load_calibration",
+    "load_fsdp",
     "load_kempnerforge",
     "load_megatron",
     "load_published",
@@ -268,7 +275,8 @@ def load_kempnerforge() -> list[CalibrationRun]:
                     dp=r["dp"],
                     micro_batch_size=r["micro_batch"],
                     num_microbatches=M,
-                    zero_stage=c["zero_stage"],
+                    # nothing to shard over one data-parallel rank: FSDP2 over dp 1 is ZeRO-0
+                    zero_stage=c["zero_stage"] if r["dp"] > 1 else 0,
                     recompute=Recompute(c["recompute"]),
                     sequence_parallel=r["tp"] > 1,
                 ),
@@ -292,3 +300,8 @@ def load_all(
     runs = load_published(published) if published is not None else []
     runs += load_megatron(megatron) if megatron is not None else []
     return runs + load_kempnerforge()
+
+
+def load_calibration() -> list[CalibrationRun]:
+    """Every vendored run: `load_all`'s and fsdp_runs.json's (llm-foundry, nanotron)."""
+    return load_all() + load_fsdp()

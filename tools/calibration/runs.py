@@ -27,6 +27,7 @@ from meshplan.solver.schema import (
 DATA = Path(__file__).resolve().parent / "published"
 DEFAULT_PUBLISHED = DATA / "published_runs.json"
 DEFAULT_MEGATRON = DATA / "megatron_h100_runs.json"
+DEFAULT_FSDP = DATA / "fsdp_runs.json"
 
 # Source groups: leave-one-source-out holds out one group at a time.
 SOURCES = (
@@ -39,23 +40,27 @@ SOURCES = (
     "nemo2407",
     "dgxc2502",
     "moezoo",
+    "llmfoundry",
+    "nanotron",
 )
 CATEGORIES = ("BF16-dense", "FP8-dense", "MoE")
 Category = Literal["BF16-dense", "FP8-dense", "MoE"]
 Knob = Literal["micro_batch_size", "virtual_stages", "recompute"]
 
-# The framework profile each source ran (MosaicML's llm-foundry is PyTorch FSDP FULL_SHARD with
-# activation checkpointing: the same recipe as torchtitan's FSDP).
+# The framework profile each source ran (MosaicML's benchmarks are llm-foundry's: Composer with
+# PyTorch FSDP1).
 FRAMEWORKS = {
     "narayanan2021": Framework.MEGATRON,
     "korthikanti2022": Framework.MEGATRON,
     "torchtitan": Framework.TORCHTITAN,
-    "mosaicml": Framework.TORCHTITAN,
+    "mosaicml": Framework.LLM_FOUNDRY,
     "kempnerforge": Framework.KEMPNERFORGE,
     "mcore_r080": Framework.MEGATRON,
     "nemo2407": Framework.MEGATRON,
     "dgxc2502": Framework.MEGATRON,
     "moezoo": Framework.MEGATRON,
+    "llmfoundry": Framework.LLM_FOUNDRY,
+    "nanotron": Framework.NANOTRON,
 }
 
 
@@ -88,6 +93,13 @@ class CalibrationRun(_Strict):
     memory_basis: Literal["allocated", "reserved"] | None = Field(
         default=None,
         description="allocated: tenants only; reserved: tenants plus fragmentation allowance.",
+    )
+    memory_stage: Literal["fuller", "first"] = Field(
+        default="fuller",
+        description=(
+            "Whose peak the source prints: the fuller pipeline stage's (the max over ranks), or "
+            "the first stage's (rank 0's alone: nanotron's benchmark CSV)."
+        ),
     )
     assumptions: list[str] = Field(default_factory=list, description="Defaults this run used.")
     unstated: tuple[Knob, ...] = Field(

@@ -48,6 +48,14 @@ CONVERSIONS = {
         "tokens/s/GPU = global batch tokens / step time / GPUs (the table's Per GPU TF column "
         "uses the zoo's own FLOP count)."
     ),
+    "llmfoundry": (
+        "tokens/s as printed / GPUs (llm-foundry's MFU: (6·N_total + 12·L·d·s) per token, no "
+        "causal halving)."
+    ),
+    "nanotron": (
+        "MFU only: tokens/s/GPU = MFU × 989e12 / our model FLOPs per token (nanotron's get_flops "
+        "counts the LM head, no causal halving). Peak memory read as max_memory_reserved (GiB)."
+    ),
 }
 
 _MCORE_DEFAULTS = [
@@ -92,8 +100,8 @@ DEFAULTS = {
     ],
     "mosaicml": [
         "GELU MLP (expansion 4) and tied embeddings (MPT)",
-        "ZeRO 3 (FULL_SHARD), full recomputation as printed; scored with the TORCHTITAN profile "
-        "(PyTorch FSDP, the same recipe)",
+        "ZeRO 3 (FULL_SHARD), full recomputation as printed; scored with the LLM_FOUNDRY profile "
+        "(Composer, PyTorch FSDP1, mixed_precision PURE, flash-attn's fused cross-entropy)",
     ],
     "kempnerforge": [
         "ZeRO 3 (FSDP2), full activation checkpointing, sequence parallelism with tp > 1",
@@ -125,6 +133,19 @@ DEFAULTS = {
         "recompute 'norm, act' (layer norms and the MoE activation only) scored as none in time",
         "1F1B A2A overlap only in the run marked '+1f1b overlap'; DeepEP runs dispatch each "
         "token once per remote node",
+    ],
+    "llmfoundry": [
+        "MPT shapes of scripts/train/yamls/pretrain/mpt-*.yaml: GELU MLP (expansion 4), tied "
+        "embeddings, MHA, flash attention; the learned positional embedding is not counted",
+        "FSDP FULL_SHARD as ZeRO 3 over every GPU, mixed_precision PURE (the few DEFAULT rows "
+        "scored as PURE), activation checkpointing as printed (FULL or NONE)",
+        "micro-batches that do not divide the per-GPU batch scored as whole micro-batches",
+    ],
+    "nanotron": [
+        "nanotron scripts/scaling_benchmarks.py shapes: Llama (SwiGLU, RMSNorm), MHA, vocabulary "
+        "131,072, seq_len 4096, embeddings tied below an MLP width of 10,000",
+        "H100 SXM 80 GB, 8 per node; no recomputation; tp_mode REDUCE_SCATTER (sequence "
+        "parallelism) with tp > 1; 1F1B",
     ],
 }
 

@@ -17,14 +17,46 @@ from meshplan.tools.cli.remote import add_connection_flags
 PINS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches")
 PRECISIONS = ("BF16", "FP8")
 RECOMPUTES = ("NONE", "SELECTIVE", "FULL")
-FRAMEWORKS = ("GENERIC", "KEMPNERFORGE", "MEGATRON", "TORCHTITAN", "DEEPSPEED")
-EMIT_KINDS = (
+FRAMEWORKS = (
+    "GENERIC",
+    "KEMPNERFORGE",
+    "MEGATRON",
+    "TORCHTITAN",
+    "DEEPSPEED",
+    "LLM_FOUNDRY",
+    "NANOTRON",
+)
+EMIT_KINDS = (  # tools/export/emit.py's KINDS
     "megatron",
     "torchtitan",
     "torchtitan-toml",
     "deepspeed",
     "kempnerforge",
-)  # emit.KINDS
+    "llm_foundry",
+    "nanotron",
+)
+# The memory recipe's knobs (solver/schema.py TrainingSpec): flag -> (choices, help)
+RECIPE_FLAGS = {
+    "loss_kernel": (
+        ("EAGER_FP32", "INPLACE_FP32", "FUSED_BF16", "CHUNKED"),
+        "how the loss holds the logits: EAGER_FP32 (12 bytes per logit element), INPLACE_FP32 "
+        "(6), FUSED_BF16 (4) or CHUNKED (no whole logits)",
+    ),
+    "grad_dtype": (("FP32", "BF16"), "data type of the main gradients (4 or 2 bytes/parameter)"),
+    "master_dtype": (
+        ("FP32", "BF16"),
+        "data type of the optimizer's master weights (FP32: a 4-byte copy; BF16: none)",
+    ),
+    "fsdp_version": (
+        ("FSDP1", "FSDP2"),
+        "PyTorch FSDP under ZeRO-3: FSDP1 flat parameters or FSDP2 (FSDP profiles only)",
+    ),
+    "activation_form": (
+        ("FLAT_12H", "KORTHIKANTI", "MEGATRON", "TORCHTITAN", "KEMPNERFORGE", "NANOTRON"),
+        "which tensors each layer keeps for its backward, in that framework's code",
+    ),
+    "fp8_activations": (("true", "false"), "FP8 training stores linear inputs in FP8 (1 byte)"),
+}
 
 PIN_WORDS = {  # flag -> (what it is, unit)
     "tp": ("tensor-parallel degree", "GPUs"),
@@ -118,6 +150,13 @@ def add_request_flags(p: argparse.ArgumentParser, evaluate: bool) -> None:
         help="GPUs for the job (count); required unless --request gives cluster.num_gpus",
     )
     add_training_flags(p)
+    for name, (choices, text) in RECIPE_FLAGS.items():
+        p.add_argument(
+            "--" + name.replace("_", "-"),
+            type=str.lower if choices[0] == "true" else str.upper,
+            choices=choices,
+            help=f"{text}, any case (default: the framework profile's)",
+        )
     for name in PINS:
         what_pin, unit = PIN_WORDS[name]
         if evaluate:

@@ -26,16 +26,26 @@ from meshplan.solver.profiles import PROFILES, Profile, profile_of
 from meshplan.solver.rules import launcher_violations, model_limits
 from meshplan.solver.schema import Framework, ModelSpec, ParallelConfig, TrainingSpec
 from meshplan.tools.export import formats as fmt
-from meshplan.tools.export import overlaps, torchtitan
+from meshplan.tools.export import llm_foundry, nanotron, overlaps, torchtitan
 from meshplan.tools.export import toml_formats as export_toml
 
-KINDS: tuple[str, ...] = ("megatron", "torchtitan", "torchtitan-toml", "deepspeed", "kempnerforge")
+KINDS: tuple[str, ...] = (
+    "megatron",
+    "torchtitan",
+    "torchtitan-toml",
+    "deepspeed",
+    "kempnerforge",
+    "llm_foundry",
+    "nanotron",
+)
 FRAMEWORK_OF: dict[str, Framework] = {
     "megatron": Framework.MEGATRON,
     "torchtitan": Framework.TORCHTITAN,
     "torchtitan-toml": Framework.TORCHTITAN,
     "deepspeed": Framework.DEEPSPEED,
     "kempnerforge": Framework.KEMPNERFORGE,
+    "llm_foundry": Framework.LLM_FOUNDRY,
+    "nanotron": Framework.NANOTRON,
 }
 
 
@@ -70,6 +80,8 @@ def emit(
         "torchtitan-toml": export_toml.torchtitan,
         "deepspeed": fmt.deepspeed,
         "kempnerforge": export_toml.kempnerforge,
+        "llm_foundry": llm_foundry.llm_foundry,
+        "nanotron": nanotron.nanotron,
     }[kind]
     return render(c, A, training, seqs, prof)
 

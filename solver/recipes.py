@@ -1,0 +1,81 @@
+"""The memory recipe's knobs (solver/schema.py TrainingSpec): the bytes each setting keeps, and a
+profile's recipe with a request's knobs applied (`with_knobs`; solver/profiles.py holds each
+profile's defaults)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from meshplan.solver.schema import (
+    ActivationForm,
+    FsdpVersion,
+    LossKernel,
+    Precision,
+    StateDtype,
+    TrainingSpec,
+)
+
+R = TypeVar("R", bound=Any)  # solver/profiles.py Recipe (imported there: no import cycle)
+
+# Bytes per logit element each loss kernel holds at its peak:
+# - EAGER_FP32: F.cross_entropy(pred.float()) keeps the bf16 logits, their fp32 copy and
+#   log-softmax, then fp32 gradients (torchtitan @ e347b1e components/loss.py);
+# - INPLACE_FP32: the vocab-parallel loss upcasts to an fp32 softmax it keeps for backward and
+#   turns into the gradient in place, beside the bf16 logits (Megatron-LM @ d98e8a6
+#   core/tensor_parallel/cross_entropy.py; nanotron @ 2411b02 parallel/tensor_parallel/
+#   functional.py _ShardedCrossEntropy after models/llama.py cast_to_fp32);
+# - FUSED_BF16: flash-attn's Triton cross-entropy saves the bf16 logits and writes a bf16
+#   gradient (Dao-AILab/flash-attention @ 0251105 flash_attn/ops/triton/cross_entropy.py:
+#   save_for_backward(logits, lse, labels), dlogits = empty_like(logits)), llm-foundry's default
+#   loss_fn fused_crossentropy (llm-foundry @ 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py);
+# - CHUNKED: no whole logits (memory.py: Liger-Kernel's chunks).
+LOSS_BYTES: Mapping[LossKernel, int] = MappingProxyType(
+    {
+        LossKernel.EAGER_FP32: 12,
+        LossKernel.INPLACE_FP32: 6,
+        LossKernel.FUSED_BF16: 4,
+        LossKernel.CHUNKED: 4,  # each chunk's bf16 logits, its gradient in place
+    }
+)
+
+FORMS: Mapping[ActivationForm, str] = MappingProxyType({f: f.value.lower() for f in ActivationForm})
+FSDP1_UNIT_TRANSIENT = 0  # FSDP1 reduce-scatters a unit's flat gradient where it lies
+FSDP2_UNIT_TRANSIENT = 2  # FSDP2's bf16 gradients beside the fp32 reduce input (TORCHTITAN)
+
+
+def with_knobs(r: R, t: TrainingSpec) -> R:
+    """A recipe with the request's memory knobs in place of the profile's defaults (each knob's
+    bytes: LOSS_BYTES, the dtypes' sizes, the FSDP unit transients). A knob the recipe has no
+    part for (fsdp_version without FSDP, as the explanation's textbook comparison asks) is
+    ignored."""
+    up: dict[str, object] = {}
+    if t.loss_kernel is not None:
+        up["logits"] = LOSS_BYTES[t.loss_kernel]
+        up["loss_chunked"] = t.loss_kernel is LossKernel.CHUNKED
+    if t.grad_dtype is not None:
+        size = 4 if t.grad_dtype is StateDtype.FP32 else 2
+        if r.accumulation:  # gradients kept unsharded across micro-batches (KempnerForge)
+            up["accumulation"] = size
+        else:
+            up["gradients"] = size
+
+    if t.master_dtype is not None:
+        # a bf16 master is the bf16 parameter updated in place; with FSDP's sharded master the
+        # sharded parameter itself is bf16
+        bf16 = 2 if r.sharded_master_only else 0
+        size = 4 if t.master_dtype is StateDtype.FP32 else bf16
+        up["optimizer"] = r.optimizer - r.master + size
+        up["master"] = size
+    if t.fsdp_version is not None and r.fsdp:  # TrainingSpec refuses it for other profiles
+        one = t.fsdp_version is FsdpVersion.FSDP1
+        up["fsdp"] = t.fsdp_version.value
+        up["unit_grad"] = r.weights if one else 0
+        up["gather_transient"] = FSDP1_UNIT_TRANSIENT if one else FSDP2_UNIT_TRANSIENT
+    if t.activation_form is not None:
+        up["activations"] = FORMS[t.activation_form]
+    if t.fp8_activations is not None:
+        up["fp8_activations"] = t.fp8_activations and t.precision is Precision.FP8
+    return replace(r, **up) if up else r

@@ -1,0 +1,194 @@
+"""The memory recipe's knobs (solver/schema.py TrainingSpec): each changes the bill by the bytes
+the framework's code allocates (solver/profiles.py LOSS_BYTES, costmodel/activations.py), and
+each is a request field in JSON, proto and on the command line."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from meshplan.convert import from_proto, to_proto
+from meshplan.solver import EvaluateRequest, evaluate
+from meshplan.solver.costmodel.memory import cost_balanced_split
+from meshplan.solver.schema import ParallelConfig, TrainingSpec
+from meshplan.v1 import spec_pb2
+
+KIB = 1024
+# a small dense model: h 1024, f 4096, 16 heads, 8 layers, vocabulary 32,000
+MODEL = {
+    "num_layers": 8,
+    "hidden_size": 1024,
+    "num_attention_heads": 16,
+    "num_kv_heads": 16,
+    "ffn_hidden_size": 4096,
+    "vocab_size": 32000,
+    "gated_mlp": True,
+}
+S, B = 2048, 2  # tokens per sequence, sequences per micro-batch
+
+
+def _activations(training: dict, tp: int = 1, recompute: str = "NONE") -> int:
+    """Activation bytes of the bill of a one-stage layout on 8 H100s."""
+    ev = evaluate(
+        EvaluateRequest.model_validate(
+            {
+                "model": MODEL,
+                "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8},
+                "training": {"seq_len": S, "global_batch_tokens": 8 // tp * B * S, **training},
+                "config": {
+                    "tp": tp,
+                    "pp": 1,
+                    "dp": 8 // tp,
+                    "micro_batch_size": B,
+                    "num_microbatches": 1,
+                    "zero_stage": 1,
+                    "recompute": recompute,
+                    "sequence_parallel": tp > 1,
+                },
+            }
+        )
+    )
+    return ev.memory.activations
+
+
+@pytest.mark.parametrize(
+    ("framework", "tp", "vocab_split"),
+    [("GENERIC", 1, 1), ("MEGATRON", 2, 2), ("NANOTRON", 2, 2), ("LLM_FOUNDRY", 1, 1)],
+)
+def test_loss_kernel_changes_the_bill_by_its_logit_bytes(
+    framework: str, tp: int, vocab_split: int
+) -> None:
+    # EAGER_FP32 holds bf16 logits, their fp32 copy and log-softmax, then fp32 gradients (12 B an
+    # element); flash-attn's fused kernel the bf16 logits and their bf16 gradient (4 B)
+    base = {"framework": framework}
+    eager = _activations({**base, "loss_kernel": "EAGER_FP32"}, tp)
+    fused = _activations({**base, "loss_kernel": "FUSED_BF16"}, tp)
+    inplace = _activations({**base, "loss_kernel": "INPLACE_FP32"}, tp)
+    elements = S * B * 32000 // vocab_split  # logits per GPU of one micro-batch
+    assert abs((eager - fused) - 8 * elements) <= 4 * KIB  # each term rounded up to a KiB
+    assert abs((eager - inplace) - 6 * elements) <= 4 * KIB
+
+
+def test_chunked_loss_holds_a_chunk_of_logits_and_the_input_gradient() -> None:
+    # Liger-Kernel: chunks of next_power_of_2(BT / ceil(V/h)) tokens hold bf16 logits (at most
+    # 2·BT/ceil(V/h) tokens' worth), grad_input = zeros_like(input) holds BT·h bf16
+    eager = _activations({"framework": "GENERIC", "loss_kernel": "EAGER_FP32"})
+    chunked = _activations({"framework": "GENERIC", "loss_kernel": "CHUNKED"})
+    ratio = -(-32000 // 1024)  # ceil(V / h)
+    held = S * B * 2 * (2 * 32000 / ratio + 1024)
+    assert abs((eager - chunked) - (S * B * 32000 * 12 - held)) <= 4 * KIB
+
+
+def test_fp8_activation_storage_saves_the_linear_inputs_in_one_byte() -> None:
+    # Transformer Engine keeps FP8 copies of its linears' inputs: per token and layer the two norm
+    # outputs (2·h elements) and fc2's input (f) lose a byte each, proj's input (the attention
+    # output, a·d) is kept again at one byte beside flash attention's bf16 copy
+    fp8 = {"framework": "MEGATRON", "precision": "FP8"}
+    kept = _activations({**fp8, "fp8_activations": True})
+    bf16 = _activations({**fp8, "fp8_activations": False})
+    h, f, aw = 1024, 4096, 1024
+    assert abs((bf16 - kept) - S * B * 8 * (2 * h + f - aw)) <= 4 * KIB
+    # Megatron's FP8 recipe stores them so by default
+    assert _activations(fp8) == kept
+
+
+def test_fp8_activations_need_fp8() -> None:
+    with pytest.raises(ValidationError, match="fp8_activations needs precision FP8"):
+        TrainingSpec(fp8_activations=True)
+
+
+def test_fsdp_version_needs_an_fsdp_profile() -> None:
+    with pytest.raises(ValidationError, match="training.fsdp_version FSDP1 needs a PyTorch FSDP"):
+        TrainingSpec(framework="MEGATRON", fsdp_version="FSDP1")
+
+
+def _state(training: dict, zero: int = 3) -> dict[str, int]:
+    ev = evaluate(
+        EvaluateRequest(
+            model=MODEL,
+            cluster={"gpu": "h100-sxm-80gb", "num_gpus": 8},
+            training={"seq_len": S, "global_batch_tokens": 8 * S, **training},
+            config=ParallelConfig(
+                tp=1, pp=1, dp=8, micro_batch_size=1, num_microbatches=1, zero_stage=zero
+            ),
+        )
+    )
+    return ev.memory.model_dump()
+
+
+def test_state_dtypes_change_the_bytes_per_parameter() -> None:
+    # nanotron keeps fp32 main gradients (4 B, unsharded at ZeRO-1) unless it accumulates in bf16
+    fp32 = _state({"framework": "NANOTRON"}, zero=1)
+    bf16 = _state({"framework": "NANOTRON", "grad_dtype": "BF16"}, zero=1)
+    assert fp32["gradients"] == pytest.approx(2 * bf16["gradients"] - _ddp(bf16), rel=1e-4)
+    # a bf16 master is the bf16 parameter updated in place: 4 of GENERIC's 12 optimizer bytes go
+    full = _state({"framework": "GENERIC"}, zero=1)
+    none = _state({"framework": "GENERIC", "master_dtype": "BF16"}, zero=1)
+    assert none["optimizer"] == pytest.approx(full["optimizer"] * 8 / 12, rel=1e-4)
+
+
+def _ddp(bill: dict[str, int]) -> int:
+    # with dp > 1 torch DDP's bf16 buckets sit beside bf16 main gradients: half of them
+    return bill["gradients"] // 2
+
+
+def test_fsdp1_reduces_a_units_gradient_in_the_parameter_dtype() -> None:
+    # ZeRO-3 gathers two units' bf16 weights and one unit's gradient: FSDP2 (torchtitan) copies
+    # it into an fp32 reduce buffer beside the bf16 one (4 + 2 B), FSDP1 reduce-scatters the bf16
+    # flat gradient where it lies (2 B)
+    two = _state({"framework": "TORCHTITAN", "fsdp_version": "FSDP2"})
+    one = _state({"framework": "TORCHTITAN", "fsdp_version": "FSDP1"})
+    layer = 4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024  # one layer, its two norms too
+    grown = (two["weights"] + two["gradients"]) - (one["weights"] + one["gradients"])
+    assert abs(grown - 4 * layer) <= 4 * KIB
+
+
+def test_nanotron_places_pipeline_blocks_by_cost() -> None:
+    # nanotron @ 2411b02 models/base.py: a rank takes blocks until the running cost passes its
+    # share; Llama 3.2 1B-like (16 layers of 67M, a 268M output layer) on 2 stages: 11 + 5
+    layer = 4 * 2048 * 2048 + 3 * 8192 * 2048
+    assert cost_balanced_split(16, layer, 131072 * 2048, 2) == (11, 5)
+    assert sum(cost_balanced_split(80, 10, 30, 16)) == 80
+
+
+def test_knobs_cross_the_proto_and_back() -> None:
+    t = TrainingSpec(
+        framework="TORCHTITAN",
+        precision="FP8",
+        loss_kernel="CHUNKED",
+        grad_dtype="BF16",
+        master_dtype="FP32",
+        fsdp_version="FSDP1",
+        activation_form="NANOTRON",
+        fp8_activations=True,
+    )
+    msg = to_proto(t, spec_pb2.TrainingSpec)
+    assert spec_pb2.LossKernel.Name(msg.loss_kernel) == "LOSS_KERNEL_CHUNKED"
+    assert from_proto(msg, TrainingSpec) == t
+
+
+def test_knobs_are_cli_flags() -> None:
+    from meshplan.tools.cli.inputs import request_from_flags
+    from meshplan.tools.cli.main import build_parser
+
+    a = build_parser().parse_args(
+        [
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--gpus",
+            "8",
+            "--loss-kernel",
+            "fused_bf16",
+            "--grad-dtype",
+            "bf16",
+            "--fp8-activations",
+            "false",
+        ]
+    )
+    req = request_from_flags(a, evaluate=False)
+    assert req["training"] == {
+        "loss_kernel": "FUSED_BF16",
+        "grad_dtype": "BF16",
+        "fp8_activations": False,
+    }
