@@ -12,8 +12,8 @@ from meshplan.solver.profiles import Profile
 from meshplan.solver.schema import ParallelConfig, Precision, Recompute, TrainingSpec
 from meshplan.tools.export import overlaps
 from meshplan.tools.export.attention import attention_of, unknown_note
-from meshplan.tools.export.formats import chunk_sizes, summary
-from meshplan.tools.export.torchtitan import baseline_of
+from meshplan.tools.export.formats import summary
+from meshplan.tools.export.torchtitan import baseline_of, pipeline_keys
 from meshplan.tools.export.torchtitan import limits as torchtitan_limits
 
 # --- torchtitan up to 0.2.2 ----------------------------------------------------------------------
@@ -59,19 +59,8 @@ def torchtitan(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Pro
     if A.is_moe:
         par["expert_tensor_parallel_degree"] = c.etp
     par |= overlap_par
-    if c.pp > 1:
-        par["pipeline_parallel_schedule"] = "Interleaved1F1B" if c.virtual_stages > 1 else "1F1B"
-        par["pipeline_parallel_microbatch_size"] = c.micro_batch_size
-        parts, first = [], 0
-        for n in chunk_sizes(A.L, c.pp * c.virtual_stages):
-            parts.append([f"layers.{i}" for i in range(first, first + n)])
-            first += n
-        parts[0].insert(0, "tok_embeddings")
-        parts[-1] += ["norm", "output"]
-        par["module_fqns_per_model_part"] = parts
-        local = c.micro_batch_size * c.num_microbatches  # the schedule splits it into M
-    else:
-        local = c.micro_batch_size  # gradient accumulation = global / (local * dp)
+    pipe, local = pipeline_keys(A, c, "output")
+    par |= pipe
     mode = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}
     ac: dict[str, object] = {"mode": mode[c.recompute]}
     if c.recompute is Recompute.SELECTIVE:

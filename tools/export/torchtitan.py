@@ -90,19 +90,8 @@ def render(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profile
     # 0.3.0 moved async TP to CompileConfig and dropped the CP rotate method (all-gather only)
     moved = ("context_parallel_rotate_method", "enable_async_tensor_parallel")
     par |= {k: v for k, v in overlap_par.items() if k not in moved}
-    if c.pp > 1:
-        par["pipeline_parallel_schedule"] = "Interleaved1F1B" if c.virtual_stages > 1 else "1F1B"
-        par["pipeline_parallel_microbatch_size"] = c.micro_batch_size
-        parts, first = [], 0
-        for n in chunk_sizes(A.L, c.pp * c.virtual_stages):
-            parts.append([f"layers.{i}" for i in range(first, first + n)])
-            first += n
-        parts[0].insert(0, "tok_embeddings")
-        parts[-1] += ["norm", "lm_head"]
-        par["module_fqns_per_model_part"] = parts
-        local = c.micro_batch_size * c.num_microbatches  # the schedule splits it into M
-    else:
-        local = c.micro_batch_size  # gradient accumulation = global / (local * dp)
+    pipe, local = pipeline_keys(A, c, "lm_head")
+    par |= pipe
     training: dict[str, object] = {
         "local_batch_size": local,
         "global_batch_size": seqs,
@@ -175,3 +164,22 @@ def render(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profile
         "    )",
     ]
     return "\n".join([f"# {h}" for h in head] + imports + body) + "\n"
+
+
+def pipeline_keys(A: Arch, c: ParallelConfig, output: str) -> tuple[dict[str, object], int]:
+    """torchtitan's pipeline keys (schedule, micro-batch, each stage's modules, the output
+    module named `output`) and its local batch size, in either config system."""
+    if c.pp == 1:
+        return {}, c.micro_batch_size  # gradient accumulation = global / (local * dp)
+    parts, first = [], 0
+    for n in chunk_sizes(A.L, c.pp * c.virtual_stages):
+        parts.append([f"layers.{i}" for i in range(first, first + n)])
+        first += n
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", output]
+    keys: dict[str, object] = {
+        "pipeline_parallel_schedule": "Interleaved1F1B" if c.virtual_stages > 1 else "1F1B",
+        "pipeline_parallel_microbatch_size": c.micro_batch_size,
+        "module_fqns_per_model_part": parts,
+    }
+    return keys, c.micro_batch_size * c.num_microbatches  # the schedule splits it into M
