@@ -16,7 +16,7 @@ import grpc
 import pytest
 import trustme
 from google.protobuf import json_format
-from http_support import http_server, send
+from http_support import Answer, http_server, send
 from test_grpc_server import BAD_INPUTS
 from test_grpc_support import LOOPBACK, big_request, raw_stub, small_request
 from test_scheduler_grpc import CURVE, REPLAN
@@ -283,20 +283,22 @@ def test_a_body_past_the_cap_is_refused_unread(server: tuple[str, int]) -> None:
 # --- deadlines, streams, metrics ----------------------------------------------------------------
 
 
+def _ended_by_its_deadline(answer: Answer) -> bool:
+    """As over gRPC (test_grpc_server): a plan whose deadline comes first ends with
+    DEADLINE_EXCEEDED, or with the best plan in hand, short of proven (FEASIBLE, FALLBACK)."""
+    if answer.status == 504:
+        return answer.body["error"]["status"] == "DEADLINE_EXCEEDED"
+    return answer.status == 200 and answer.body["solver"]["status"] in ("FALLBACK", "FEASIBLE")
+
+
 def test_the_timeout_field_is_the_calls_deadline(server: tuple[str, int]) -> None:
     base, _ = server
-    # a count no other test plans: the process's caches (warmed by the suite) cannot answer it
-    request = big_request(time_limit_s=30)
-    request = request.model_copy(
-        update={"cluster": request.cluster.model_copy(update={"num_gpus": 122_880})}
-    )
-    body = as_json(plan_message(request))
-    started = time.monotonic()
-    http = send(f"{base}/v1/plan?timeout=0.5", body)
-    assert http.status == 504 and http.body["error"]["status"] == "DEADLINE_EXCEEDED"
-    assert time.monotonic() - started < 5
-    header = send(f"{base}/v1/plan", body, headers={"timeout": "500ms"})
-    assert header.status == 504
+    body = as_json(plan_message(big_request(time_limit_s=30)))  # seconds of search to proof
+    for query, headers in (("?timeout=0.5", {}), ("", {"timeout": "500ms"})):
+        started = time.monotonic()
+        answer = send(f"{base}/v1/plan{query}", body, headers=headers)
+        assert _ended_by_its_deadline(answer), (answer.status, str(answer.body)[:300])
+        assert time.monotonic() - started < 5
     bad = send(f"{base}/v1/plan?timeout=soon", body)
     assert bad.status == 400 and bad.violations[0][0] == "timeout"
 
