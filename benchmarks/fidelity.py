@@ -36,6 +36,7 @@ from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.costmodel.constants import load_constants
 from meshplan.solver.costmodel.context import recipe_for
 from meshplan.solver.hardware import GIB, resolve_cluster
+from meshplan.solver.schema import FRAGMENTATION, RESERVE_GIB
 from meshplan.tools.calibration.fit import leave_one_source_out
 from meshplan.tools.calibration.score import (
     CONVERSIONS,
@@ -296,7 +297,8 @@ def main(argv: list[str]) -> int:
             "torchtitan's peaks (reserved, max over ranks):\n" + text
         )
     rejected = [f"{r.id} ({v[0]})" for r in runs for v in [evaluate(r.request()).violations] if v]
-    print("\npublished runs that Evaluate (default 3 GiB reserve + 10% fragmentation) rejects:")
+    why = f"default {RESERVE_GIB:g} GiB reserve + {FRAGMENTATION:.0%} fragmentation"
+    print(f"\npublished runs that Evaluate ({why}) rejects:")
     print("\n".join(f"  {x}" for x in rejected) or "  none")
     free_rows: list[dict[str, object]] = []
     if not a.no_free:
