@@ -10,6 +10,8 @@ new name, and say so in RESULTS.md.
 - `LATENCY_SUITE` = worked examples + catalog; `QUICK_LATENCY`: the few small ones `--quick` runs.
 - `throughput_requests(n)`: a fleet-planning sweep (models x GPUs x GPU counts x sequence lengths),
   `n` distinct requests in a fixed order.
+- `distinct_requests(n)`: the distinct mix (10 models x 4 GPUs x 12 counts x 5 sequence
+  lengths, shuffled): requests that do not repeat.
 - `SCALING_MODEL` / `SCALING_COUNTS` / `SCALING_SPACE`: the scaling benchmark's axes.
 
 Requests carry no time limit here; the benchmarks add `options.time_limit_s` (their
@@ -266,6 +268,32 @@ def throughput_requests(n: int, quick: bool = False, **options: Any) -> list[Pla
         if len(out) == n:
             return out
     raise ValueError(f"the sweep holds {len(out)} requests, fewer than {n}")
+
+
+# --- the distinct mix: requests that do not repeat ------------------------------------------
+
+# the sweep's models with DeepSeek-V3 in place of the KempnerForge 13B
+DISTINCT_MODELS = [m for m in SWEEP_MODELS if m != "kempnerforge-13b"] + ["deepseek-v3"]
+DISTINCT_GPUS = [A80, H100, H200, B200]
+DISTINCT_COUNTS = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+DISTINCT_SEQ = [2048, 4096, 8192, 16384, 32768]
+DISTINCT_SEED = 20261128  # the shuffle's seed: the same order on every run
+
+
+def distinct_requests(n: int | None = None, **options: Any) -> list[PlanRequest]:
+    """The distinct mix: 10 catalog models x 4 GPU types x 12 counts (8 ... 16,384) x 5
+    sequence lengths (2K ... 32K) = 2,400 requests, no request twice, shuffled with a fixed seed
+    (so any prefix mixes dense and MoE, small and large clusters); the first `n` of them."""
+    import random
+
+    grid = list(itertools.product(DISTINCT_MODELS, DISTINCT_GPUS, DISTINCT_COUNTS, DISTINCT_SEQ))
+    random.Random(DISTINCT_SEED).shuffle(grid)
+    if n is not None and n > len(grid):
+        raise ValueError(f"the distinct mix holds {len(grid)} requests, fewer than {n}")
+    return [
+        Instance("distinct", model, gpu, count, seq).request(**options)
+        for model, gpu, count, seq in grid[:n]
+    ]
 
 
 # --- scaling ---------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The memory recipe's knobs (solver/schema.py TrainingSpec): the bytes each setting keeps, and a
-profile's recipe with a request's knobs applied (`with_knobs`; solver/profiles.py holds each
+profile's recipe with a request's knobs applied (`with_knobs`; solver/profiles/ holds each
 profile's defaults)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from meshplan.solver.schema import (
     TrainingSpec,
 )
 
-R = TypeVar("R", bound=Any)  # solver/profiles.py Recipe (imported there: no import cycle)
+R = TypeVar("R", bound=Any)  # solver/profiles/ Recipe (imported there: no import cycle)
 
 # Bytes per logit element each loss kernel holds at its peak:
 # - EAGER_FP32: F.cross_entropy(pred.float()) keeps the bf16 logits, their fp32 copy and

@@ -2,7 +2,7 @@
 
 `violations` lists what a point breaks, in words; `space.Space` generates exactly the points that
 break nothing, and the oracle checks that by enumerating raw ranges against these rules. The
-framework rules come from the request's profile (solver/profiles.py, which cites the code).
+framework rules come from the request's profile (solver/profiles/, which cites the code).
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def _expert_violations(p: Point, A: Arch, prof: Profile) -> list[str]:
 
 
 def _framework_violations(p: Point, A: Arch, training: TrainingSpec, prof: Profile) -> list[str]:
-    """What the framework of the request cannot express (solver/profiles.py cites each rule)."""
+    """What the framework of the request cannot express (solver/profiles/ cites each rule)."""
     lay, out, name = p.lay, [], prof.title
     fp8 = training.precision is Precision.FP8
     zs = prof.zero_allowed(lay.pp, lay.dp * lay.cp, fp8)

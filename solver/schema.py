@@ -40,12 +40,12 @@ class Framework(str, Enum):
     NANOTRON = "NANOTRON"  # DP + TP + PP with ZeRO-0/1
 
 
-# The profiles whose ZeRO-3 is PyTorch FSDP (solver/profiles.py Recipe.fsdp)
+# The profiles whose ZeRO-3 is PyTorch FSDP (solver/profiles/ Recipe.fsdp)
 FSDP_FRAMEWORKS = (Framework.TORCHTITAN, Framework.LLM_FOUNDRY, Framework.KEMPNERFORGE)
 
 
 class LossKernel(str, Enum):
-    """How the loss holds the logits (bytes per logit element: solver/profiles.py LOSS_BYTES)."""
+    """How the loss holds the logits (bytes per logit element: solver/profiles/ LOSS_BYTES)."""
 
     EAGER_FP32 = "EAGER_FP32"  # F.cross_entropy(logits.float()): bf16 + fp32 + fp32 grad
     INPLACE_FP32 = "INPLACE_FP32"  # vocab-parallel fp32 softmax kept, gradient in place

@@ -7,7 +7,7 @@ integer objective CP-SAT optimises, whether the point fits, the memory bill and 
 the float evaluator reports; and the plan's optimum (status and integer objective; ties make the
 configuration itself free). The efficiency constants are pinned here (`PINNED`), not read from
 fitted.json, so a refit does not move the figures; a change to a framework profile's facts
-(solver/profiles.py) does, and then the file is regenerated from the model before the change:
+(solver/profiles/) does, and then the file is regenerated from the model before the change:
 
     .venv/bin/python tests/test_costmodel_regression.py --write
 

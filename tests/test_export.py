@@ -586,7 +586,7 @@ def test_inconsistent_global_batch_is_an_error() -> None:
 
 def test_megatron_launches_the_overlaps_its_profile_is_timed_with() -> None:
     # MEGATRON's timing: --tp-comm-overlap, --overlap-grad-reduce, --overlap-param-gather and
-    # Transformer Engine's p2p ring for cp (solver/profiles.py), as Megatron-Core's scaling runs
+    # Transformer Engine's p2p ring for cp (solver/profiles/), as Megatron-Core's scaling runs
     c = ParallelConfig(tp=4, pp=2, dp=4, cp=2, micro_batch_size=1, num_microbatches=8)
     a = shell_args(_emit("megatron", c, "llama3-70b", seq_len=8192), MEGATRON_FLAGS)
     assert {"--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather"} <= set(a)

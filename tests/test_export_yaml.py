@@ -1,6 +1,6 @@
 """The YAML exports (tools/export/llm_foundry.py, tools/export/nanotron.py) parse as YAML, name
 only the keys the frameworks' own config classes define (tests/data/export/*_keys.txt, read
-from their code at the commits solver/profiles.py cites), fill every field those classes
+from their code at the commits solver/profiles/ cites), fill every field those classes
 require, and carry the plan's layout, batch and recipe."""
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def test_never_under_predicted_by_more_than_3_percent(run_id: str) -> None:
 
 def test_the_pipeline_runs_need_unsharded_fp32_gradients() -> None:
     # FSDP2 under pipelining keeps weights gathered and accumulates fp32 gradients unsharded
-    # (solver/profiles.py TORCHTITAN): without that, the 405B runs came out 20-31% under.
+    # (solver/profiles/ TORCHTITAN): without that, the 405B runs came out 20-31% under.
     r = RESULTS["torchtitan_2412_llama31_405B_t5_3d_1f1b"]
     assert abs(r.memory_error) < 0.03
 

@@ -1,5 +1,5 @@
 """The memory recipe's knobs (solver/schema.py TrainingSpec): each changes the bill by the bytes
-the framework's code allocates (solver/profiles.py LOSS_BYTES, costmodel/activations.py), and
+the framework's code allocates (solver/profiles/ LOSS_BYTES, costmodel/activations.py), and
 each is a request field in JSON, proto and on the command line."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The time model's physics (solver/costmodel/rates.py, timing.py; the overlaps of solver/profiles.py): causal
+"""The time model's physics (solver/costmodel/rates.py, timing.py; the overlaps of solver/profiles/): causal
 halving, FP8 against BF16 on identical layouts, expert all-to-all by placement, latencies that
 grow with the group, and the overlaps each framework runs."""
 

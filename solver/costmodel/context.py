@@ -31,7 +31,7 @@ STATE_BYTES = {Precision.BF16: (2, 2, 12), Precision.FP8: (1, 2, 6)}
 
 
 def recipe_for(framework: Framework, precision: Precision, grad_bf16: bool = False) -> Recipe:
-    """The memory recipe of a framework profile (solver/profiles.py)."""
+    """The memory recipe of a framework profile (solver/profiles/)."""
     return profile_of(framework).recipe(precision, grad_bf16)
 
 

@@ -1,5 +1,5 @@
 """The overlaps one request runs with: its framework profile's defaults (`Profile.timing` in
-solver/profiles.py, with sources), overridden by the request's `training.*_comm_overlap`."""
+solver/profiles/, with sources), overridden by the request's `training.*_comm_overlap`."""
 
 from __future__ import annotations
 

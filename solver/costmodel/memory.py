@@ -1,6 +1,6 @@
 """Per-GPU memory on the first and last pipeline stage, by tenant (bytes).
 
-Static state per parameter: the recipe of the request's framework profile (solver/profiles.py: 16 B
+Static state per parameter: the recipe of the request's framework profile (solver/profiles/: 16 B
 BF16 and 9 B FP8 for the textbook, from "Why one GPU is not enough" (DeepSeek-V3 book, ch. 11),
 Megatron's 2 + 4 + 12, ...); ZeRO-1/2/3 shard optimizer / +grads / +weights over the data-parallel
 group (Rajbhandari et al. 2020). Dense and attention weights are split over tp; expert weights over

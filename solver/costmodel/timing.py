@@ -5,7 +5,7 @@ Step time = (M·v + pp − 1)·t_chunk + M·t_head + exposed dp/FSDP + optimizer
 schedule of Narayanan et al. 2021 §2.2 (bubble (pp−1)/(M·v + pp − 1); "Designing a pretraining
 system" for v = 1). Every term is divided by the step's tokens dp·b·M·s, so the objective is time
 per token and the same terms serve a fixed or a chosen global batch. The physics of a layer is in
-rates.py; the overlaps a framework runs are its profile's `timing` (solver/profiles.py).
+rates.py; the overlaps a framework runs are its profile's `timing` (solver/profiles/).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ micro-batch, global batch, ZeRO stage or its framework's name for it, recomputat
 parallelism, precision) and so is the model's shape, a catalog preset resolved, with its RoPE
 base, QK-norm and latent attention where the framework has them (tools/export/attention.py). A
 plan the framework cannot express is refused: ValueError listing the framework's rules it breaks
-(the profiles of solver/profiles.py, which the planner obeys when the request names that
-framework). Names and values are those of the frameworks at the commits solver/profiles.py
+(the profiles of solver/profiles/, which the planner obeys when the request names that
+framework). Names and values are those of the frameworks at the commits solver/profiles/
 cites. The overlaps the plan was timed with (the profile's defaults and the request's switches)
 are switched on in the framework's own flags (tools/export/overlaps.py).
 

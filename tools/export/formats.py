@@ -1,6 +1,6 @@
 """The argument-list launcher formats of tools/export/emit.py (Megatron-LM, DeepSpeed with
 Megatron-DeepSpeed) and what the formats share; the TOML ones are in tools/export/toml_formats.py (names
-and values as the frameworks define them at the commits solver/profiles.py cites)."""
+and values as the frameworks define them at the commits solver/profiles/ cites)."""
 
 from __future__ import annotations
 

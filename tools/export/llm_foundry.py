@@ -1,6 +1,6 @@
 """A plan as an llm-foundry training YAML (scripts/train/train.py; keys of llmfoundry/utils/
 config_utils.py TrainConfig and llmfoundry/models/mpt/configuration_mpt.py MPTConfig at
-mosaicml/llm-foundry @ 8c8dd48, the commit solver/profiles.py cites).
+mosaicml/llm-foundry @ 8c8dd48, the commit solver/profiles/ cites).
 
 The model is an MPT (`mpt_causal_lm`) of the plan's shape; the layout is Composer's PyTorch FSDP1
 (`fsdp_config`): ZeRO-3 / 2 / 0 as sharding_strategy FULL_SHARD / SHARD_GRAD_OP / NO_SHARD over

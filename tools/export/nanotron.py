@@ -1,6 +1,6 @@
 """A plan as a nanotron YAML config (run_train.py --config-file; the sections and keys of
 nanotron/config/config.py Config and models_config.py LlamaConfig at huggingface/nanotron @
-2411b02, the commit solver/profiles.py cites, laid out as its examples/config_tiny_llama.yaml).
+2411b02, the commit solver/profiles/ cites, laid out as its examples/config_tiny_llama.yaml).
 
 The layout is `parallelism` (dp, tp, pp, the 1F1B engine, tp_mode REDUCE_SCATTER when the plan
 shards the sequence over tp, else ALL_REDUCE; recompute_layer for full recomputation) and

@@ -1,9 +1,9 @@
 """The overlaps a plan was timed with, as each framework's switches (tools/export/emit.py).
 
 The time model assumes the overlaps of the request's framework profile (`Profile.timing` in
-solver/profiles.py), overridden by the request's `training.*_comm_overlap` and
+solver/profiles/), overridden by the request's `training.*_comm_overlap` and
 `ep_dispatch_dedup` (solver/costmodel/framework_timing.py). An export turns them on in the target
-framework's own switches, names at the commits solver/profiles.py cites:
+framework's own switches, names at the commits solver/profiles/ cites:
 
 - Megatron-LM (megatron/training/arguments.py, megatron/core/transformer/transformer_config.py
   @ d98e8a6): --tp-comm-overlap (needs --sequence-parallel), --overlap-grad-reduce and, with the

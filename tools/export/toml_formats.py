@@ -1,6 +1,6 @@
 """The TOML launcher formats of tools/export/emit.py: torchtitan's job config up to 0.2.2
 (`--emit torchtitan-toml`; 0.3.0's Python configuration is tools/export/torchtitan.py) and
-KempnerForge's, keys as the frameworks define them at the commits solver/profiles.py cites,
+KempnerForge's, keys as the frameworks define them at the commits solver/profiles/ cites,
 written by tomli-w."""
 
 from __future__ import annotations
