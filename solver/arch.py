@@ -8,10 +8,10 @@ GPT-OSS: a·d_head != h), else h/a.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
-from meshplan.solver.schema import ModelSpec
+from meshplan.solver.schema import LatentAttentionSpec, ModelSpec
 
 _FIELDS = (
     "num_layers",
@@ -21,6 +21,17 @@ _FIELDS = (
     "ffn_hidden_size",
     "vocab_size",
 )
+
+
+@dataclass(frozen=True)
+class Attention:
+    """What a framework needs besides the shape to build the attention: exports carry it, the
+    cost model reads none of it (MLA is timed as multi-head attention: models.json says how)."""
+
+    rope_theta: float | None = None  # RoPE base; None: the framework's default (or learned)
+    learned_positions: bool = False  # learned absolute position embeddings (GPT-2, GPT-3)
+    qk_norm: bool = False  # RMSNorm on queries and keys per head (Qwen3)
+    mla: LatentAttentionSpec | None = None  # multi-head latent attention (DeepSeek-V2/V3)
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,8 @@ class Arch:
     shared: int = 0  # shared experts
     n_dense: int = 0  # leading dense layers of an MoE model
     hd: int = 0  # attention head width (0: h / a)
+    # the attention details an export needs (None: unknown); not part of the cost model's key
+    attention: Attention | None = field(default=None, compare=False)
 
     @cached_property
     def is_moe(self) -> bool:
@@ -151,10 +164,11 @@ def resolve_model(spec: ModelSpec) -> Arch:
     """A preset, an explicit shape, or a preset with explicit overrides -> Arch."""
     base: dict = {}
     name = "custom"
+    preset = None
     if spec.preset:
         from meshplan.solver.catalog import get_model
 
-        p = get_model(spec.preset)
+        p = preset = get_model(spec.preset)
         name = p.name
         base = {k: getattr(p, k) for k in _FIELDS}
         base["gated_mlp"], base["tie_embeddings"], base["moe"] = (
@@ -204,4 +218,22 @@ def resolve_model(spec: ModelSpec) -> Arch:
         shared=moe.num_shared_experts if moe else 0,
         n_dense=moe.num_dense_layers if moe else 0,
         hd=hd if hd and hd * a != h else 0,
+        attention=_attention(spec, preset),
+    )
+
+
+def _attention(spec: ModelSpec, preset: object | None) -> Attention | None:
+    """The preset's attention details with the request's overrides; None when nothing is known."""
+    keys = ("rope_theta", "learned_positions", "qk_norm", "latent_attention")
+    got = {k: getattr(preset, k) for k in keys} if preset is not None else {}
+    got |= {k: getattr(spec, k) for k in keys if getattr(spec, k) is not None}
+    if got.get("rope_theta") is not None and spec.learned_positions is None:
+        got["learned_positions"] = False  # a RoPE base given: rotary positions
+    if not any(v for v in got.values()):
+        return None
+    return Attention(
+        rope_theta=got.get("rope_theta"),
+        learned_positions=bool(got.get("learned_positions")),
+        qk_norm=bool(got.get("qk_norm")),
+        mla=got.get("latent_attention"),
     )

@@ -139,6 +139,28 @@ class MoESpec(_Strict):
         return self
 
 
+class LatentAttentionSpec(_Strict):
+    """DeepSeek-V2/V3's multi-head latent attention (DeepSeek-AI 2024, arXiv:2405.04434 §2.1):
+    the ranks and head widths its config.json gives. Exports carry it; the cost model times the
+    attention as multi-head attention of the model's heads and width."""
+
+    q_lora_rank: int = Field(
+        description="Query compression rank (elements; 0: queries uncompressed, DeepSeek-V2-Lite).",
+        ge=0,
+        le=1 << 20,
+    )
+    kv_lora_rank: int = Field(
+        description="Key/value compression rank (elements).", ge=1, le=1 << 20
+    )
+    qk_nope_head_dim: int = Field(
+        description="Per-head query/key width without rotary embedding (elements).", ge=1, le=65536
+    )
+    qk_rope_head_dim: int = Field(
+        description="Per-head width of the decoupled rotary part (elements).", ge=1, le=65536
+    )
+    v_head_dim: int = Field(description="Per-head value width (elements).", ge=1, le=65536)
+
+
 MAX_PARAMETERS = 2**50  # ~1.1e15: 16 bytes each and their activations stay within int64
 
 
@@ -174,6 +196,35 @@ class ModelSpec(_Strict):
         default=None, description="Input embedding and output layer share one matrix."
     )
     moe: MoESpec | None = Field(default=None, description="MoE shape; absent for a dense model.")
+    # What an export needs besides the shape (the cost model reads none of them).
+    rope_theta: float | None = Field(
+        default=None,
+        description=(
+            "RoPE base theta (default: the preset's, else the framework's default); exports only."
+        ),
+        gt=0,
+        le=1e15,
+    )
+    learned_positions: bool | None = Field(
+        default=None,
+        description="Learned absolute position embeddings instead of RoPE (GPT-2, GPT-3).",
+    )
+    qk_norm: bool | None = Field(
+        default=None, description="RMSNorm on queries and keys per head (Qwen3); exports only."
+    )
+    latent_attention: LatentAttentionSpec | None = Field(
+        default=None,
+        description="Multi-head latent attention ranks (DeepSeek-V2/V3); exports only.",
+    )
+
+    @model_validator(mode="after")
+    def _positions(self) -> ModelSpec:
+        if self.learned_positions and self.rope_theta is not None:
+            raise ValueError(
+                f"rope_theta ({self.rope_theta}) is for rotary positions, and learned_positions "
+                "is true"
+            )
+        return self
 
     @model_validator(mode="after")
     def _heads(self) -> ModelSpec:

@@ -33,7 +33,7 @@ class GpuInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., family: _Optional[str] = ..., hbm_gib: _Optional[float] = ..., peak_bf16_tflops: _Optional[float] = ..., peak_fp8_tflops: _Optional[float] = ..., hbm_tbps: _Optional[float] = ..., intra_node_gbps: _Optional[float] = ..., inter_node_gbps: _Optional[float] = ..., gpus_per_node: _Optional[int] = ..., source: _Optional[str] = ..., fp8_tensor_cores: _Optional[bool] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "gated_mlp", "tie_embeddings", "moe", "published_params_b", "published_active_params_b", "source", "notes", "head_dim")
+    __slots__ = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "gated_mlp", "tie_embeddings", "moe", "published_params_b", "published_active_params_b", "source", "notes", "head_dim", "rope_theta", "learned_positions", "qk_norm", "latent_attention")
     NAME_FIELD_NUMBER: _ClassVar[int]
     NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,10 @@ class ModelInfo(_message.Message):
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     NOTES_FIELD_NUMBER: _ClassVar[int]
     HEAD_DIM_FIELD_NUMBER: _ClassVar[int]
+    ROPE_THETA_FIELD_NUMBER: _ClassVar[int]
+    LEARNED_POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    QK_NORM_FIELD_NUMBER: _ClassVar[int]
+    LATENT_ATTENTION_FIELD_NUMBER: _ClassVar[int]
     name: str
     num_layers: int
     hidden_size: int
@@ -64,4 +68,8 @@ class ModelInfo(_message.Message):
     source: str
     notes: str
     head_dim: int
-    def __init__(self, name: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., gated_mlp: _Optional[bool] = ..., tie_embeddings: _Optional[bool] = ..., moe: _Optional[_Union[_spec_pb2.MoESpec, _Mapping]] = ..., published_params_b: _Optional[float] = ..., published_active_params_b: _Optional[float] = ..., source: _Optional[str] = ..., notes: _Optional[str] = ..., head_dim: _Optional[int] = ...) -> None: ...
+    rope_theta: float
+    learned_positions: bool
+    qk_norm: bool
+    latent_attention: _spec_pb2.LatentAttentionSpec
+    def __init__(self, name: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., gated_mlp: _Optional[bool] = ..., tie_embeddings: _Optional[bool] = ..., moe: _Optional[_Union[_spec_pb2.MoESpec, _Mapping]] = ..., published_params_b: _Optional[float] = ..., published_active_params_b: _Optional[float] = ..., source: _Optional[str] = ..., notes: _Optional[str] = ..., head_dim: _Optional[int] = ..., rope_theta: _Optional[float] = ..., learned_positions: _Optional[bool] = ..., qk_norm: _Optional[bool] = ..., latent_attention: _Optional[_Union[_spec_pb2.LatentAttentionSpec, _Mapping]] = ...) -> None: ...

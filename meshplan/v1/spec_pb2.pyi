@@ -107,8 +107,22 @@ class MoESpec(_message.Message):
     num_dense_layers: int
     def __init__(self, num_experts: _Optional[int] = ..., top_k: _Optional[int] = ..., expert_ffn_hidden_size: _Optional[int] = ..., num_shared_experts: _Optional[int] = ..., num_dense_layers: _Optional[int] = ...) -> None: ...
 
+class LatentAttentionSpec(_message.Message):
+    __slots__ = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    Q_LORA_RANK_FIELD_NUMBER: _ClassVar[int]
+    KV_LORA_RANK_FIELD_NUMBER: _ClassVar[int]
+    QK_NOPE_HEAD_DIM_FIELD_NUMBER: _ClassVar[int]
+    QK_ROPE_HEAD_DIM_FIELD_NUMBER: _ClassVar[int]
+    V_HEAD_DIM_FIELD_NUMBER: _ClassVar[int]
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    def __init__(self, q_lora_rank: _Optional[int] = ..., kv_lora_rank: _Optional[int] = ..., qk_nope_head_dim: _Optional[int] = ..., qk_rope_head_dim: _Optional[int] = ..., v_head_dim: _Optional[int] = ...) -> None: ...
+
 class ModelSpec(_message.Message):
-    __slots__ = ("preset", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "gated_mlp", "tie_embeddings", "moe", "head_dim")
+    __slots__ = ("preset", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "gated_mlp", "tie_embeddings", "moe", "head_dim", "rope_theta", "learned_positions", "qk_norm", "latent_attention")
     PRESET_FIELD_NUMBER: _ClassVar[int]
     NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +134,10 @@ class ModelSpec(_message.Message):
     TIE_EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     MOE_FIELD_NUMBER: _ClassVar[int]
     HEAD_DIM_FIELD_NUMBER: _ClassVar[int]
+    ROPE_THETA_FIELD_NUMBER: _ClassVar[int]
+    LEARNED_POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    QK_NORM_FIELD_NUMBER: _ClassVar[int]
+    LATENT_ATTENTION_FIELD_NUMBER: _ClassVar[int]
     preset: str
     num_layers: int
     hidden_size: int
@@ -131,7 +149,11 @@ class ModelSpec(_message.Message):
     tie_embeddings: bool
     moe: MoESpec
     head_dim: int
-    def __init__(self, preset: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., gated_mlp: _Optional[bool] = ..., tie_embeddings: _Optional[bool] = ..., moe: _Optional[_Union[MoESpec, _Mapping]] = ..., head_dim: _Optional[int] = ...) -> None: ...
+    rope_theta: float
+    learned_positions: bool
+    qk_norm: bool
+    latent_attention: LatentAttentionSpec
+    def __init__(self, preset: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., vocab_size: _Optional[int] = ..., gated_mlp: _Optional[bool] = ..., tie_embeddings: _Optional[bool] = ..., moe: _Optional[_Union[MoESpec, _Mapping]] = ..., head_dim: _Optional[int] = ..., rope_theta: _Optional[float] = ..., learned_positions: _Optional[bool] = ..., qk_norm: _Optional[bool] = ..., latent_attention: _Optional[_Union[LatentAttentionSpec, _Mapping]] = ...) -> None: ...
 
 class ClusterSpec(_message.Message):
     __slots__ = ("gpu", "num_gpus", "gpus_per_node", "hbm_gib", "peak_bf16_tflops", "intra_node_gbps", "inter_node_gbps")

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from meshplan.solver.schema import MoESpec
+from meshplan.solver.schema import LatentAttentionSpec, MoESpec
 
 __all__ = [
     "GpuFamily",
@@ -100,6 +100,16 @@ class ModelPreset(BaseModel):
     gated_mlp: bool = Field(description="SwiGLU-style gated MLP (3 matrices) rather than 2 (GPT).")
     tie_embeddings: bool = Field(description="Input embedding and output layer share one matrix.")
     moe: MoESpec | None = Field(description="MoE shape; null for a dense model.")
+    rope_theta: float | None = Field(
+        default=None, description="RoPE base theta from the model's config (null: not known).", gt=0
+    )
+    learned_positions: bool = Field(
+        default=False, description="Learned absolute position embeddings instead of RoPE."
+    )
+    qk_norm: bool = Field(default=False, description="RMSNorm on queries and keys per head.")
+    latent_attention: LatentAttentionSpec | None = Field(
+        default=None, description="Multi-head latent attention ranks; null for other attention."
+    )
     published_params_b: float = Field(
         description="Published total parameter count (billions).", gt=0
     )

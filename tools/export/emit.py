@@ -28,6 +28,7 @@ from meshplan.solver.schema import Framework, ModelSpec, ParallelConfig, Trainin
 from meshplan.tools.export import formats as fmt
 from meshplan.tools.export import llm_foundry, nanotron, overlaps, torchtitan
 from meshplan.tools.export import toml_formats as export_toml
+from meshplan.tools.export.attention import attention_limits
 
 KINDS: tuple[str, ...] = (
     "megatron",
@@ -89,7 +90,7 @@ def emit(
 def shape_limits(kind: str, A: Arch) -> list[str]:
     """Model shapes a framework's config cannot describe: solver/rules.py's model_limits (which
     the planner refuses too), the attention it cannot build, torchtitan's registry."""
-    out = model_limits(A, PROFILES[FRAMEWORK_OF[kind]]) + fmt.attention_limits(kind, A)
+    out = model_limits(A, PROFILES[FRAMEWORK_OF[kind]]) + attention_limits(kind, A)
     if kind == "torchtitan":
         out += torchtitan.limits(A)
     if kind == "torchtitan-toml":

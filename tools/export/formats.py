@@ -11,19 +11,7 @@ from meshplan.solver.arch import Arch
 from meshplan.solver.profiles import Profile
 from meshplan.solver.schema import ParallelConfig, Precision, Recompute, TrainingSpec
 from meshplan.tools.export import overlaps
-from meshplan.tools.export.attention import attention_of, unknown_note
-
-
-def attention_limits(kind: str, A: Arch) -> list[str]:
-    """Attention a framework's model cannot build (QK-norm, latent attention)."""
-    att, out = attention_of(A), []
-    if att is None:
-        return out
-    if att.mla is not None and kind in ("deepspeed", "kempnerforge"):
-        out.append(f"{kind}'s model has no multi-head latent attention")
-    if att.qk_norm and kind == "deepspeed":
-        out.append("Megatron-DeepSpeed's model has no QK-norm")
-    return out
+from meshplan.tools.export.attention import attention_of, rotary, unknown_note
 
 
 def summary(c: ParallelConfig, t: TrainingSpec, seqs: int, prof: Profile) -> str:
@@ -140,13 +128,12 @@ def _megatron_model(A: Arch, dispatcher: str | None) -> list[tuple[str, object]]
     if A.hd and mla is None:
         out.append(("--kv-channels", A.hd))
     if A.gated:
-        out += [
-            ("--swiglu", None),
-            ("--normalization", "RMSNorm"),
-            ("--position-embedding-type", "rope"),
-            ("--disable-bias-linear", None),
-        ]
-    if att is not None and att.rope_theta is not None and A.gated:
+        out += [("--swiglu", None), ("--normalization", "RMSNorm")]
+    if rotary(A):
+        out.append(("--position-embedding-type", "rope"))
+    if A.gated:
+        out.append(("--disable-bias-linear", None))
+    if att is not None and att.rope_theta is not None and rotary(A):
         out.append(("--rotary-base", int(att.rope_theta)))  # arguments.py: type=int
     if att is not None and att.qk_norm:
         out.append(("--qk-layernorm", None))
@@ -203,15 +190,13 @@ def deepspeed(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Prof
         args.append(("--kv-channels", A.hd))
     att = attention_of(A)
     if A.gated:
-        args += [
-            ("--swiglu", None),
-            ("--normalization", "rmsnorm"),
-            ("--use-rotary-position-embeddings", None),
-            ("--no-position-embedding", None),
-            ("--disable-bias-linear", None),
-        ]
-        if att is not None and att.rope_theta is not None:
-            args.append(("--rotary-position-embeddings-theta", int(att.rope_theta)))
+        args += [("--swiglu", None), ("--normalization", "rmsnorm")]
+    if rotary(A):
+        args += [("--use-rotary-position-embeddings", None), ("--no-position-embedding", None)]
+    if A.gated:
+        args.append(("--disable-bias-linear", None))
+    if att is not None and att.rope_theta is not None and rotary(A):
+        args.append(("--rotary-position-embeddings-theta", int(att.rope_theta)))
     if not A.tied:
         args.append(("--untie-embeddings-and-output-weights", None))
     if A.is_moe:

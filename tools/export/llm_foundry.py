@@ -16,6 +16,7 @@ from __future__ import annotations
 from meshplan.solver.arch import Arch
 from meshplan.solver.profiles import Profile
 from meshplan.solver.schema import LossKernel, ParallelConfig, Precision, Recompute, TrainingSpec
+from meshplan.tools.export.attention import rotary
 from meshplan.tools.export.yaml_text import yaml_text
 
 SHARDING = {0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD"}
@@ -53,10 +54,16 @@ def _model(A: Arch, t: TrainingSpec) -> dict[str, object]:
     }
     if A.hd:
         model["head_dim"] = A.hd
-    if A.gated:  # a Llama-style block: RoPE, RMSNorm, no biases (MPT's own knobs)
+    att = A.attention
+    if rotary(A):  # MPT's rotary embedding in place of learned positions
         attn |= {"rope": True, "rope_impl": "dail"}
+        if att is not None and att.rope_theta is not None:
+            attn["rope_theta"] = int(att.rope_theta)  # configuration_mpt.py: rope_theta (int)
+        model["learned_pos_emb"] = False
+    if att is not None and att.qk_norm:  # layers/attention.py: qk_gn norms each head (head_dim)
+        attn["qk_gn"] = True
+    if A.gated:  # a Llama-style block: RMSNorm, no biases (MPT's own knobs)
         model |= {
-            "learned_pos_emb": False,
             "norm_type": "rmsnorm",
             "no_bias": True,
             "ffn_config": {**model["ffn_config"], "ffn_act_fn": {"name": "silu"}},  # type: ignore[dict-item]

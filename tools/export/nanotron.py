@@ -88,6 +88,7 @@ def nanotron(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profi
                 "pretraining_tp": 1,
                 "rms_norm_eps": 1.0e-5,
                 "rope_scaling": None,
+                **_rope_theta(A),
                 "tie_word_embeddings": A.tied,
                 "use_cache": True,
                 "vocab_size": A.V,
@@ -149,3 +150,9 @@ def nanotron(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profi
         f"nanotron config ({prof.title}): torchrun ... run_train.py --config-file this.yaml",
     ]
     return yaml_text(header, doc)
+
+
+def _rope_theta(A: Arch) -> dict[str, float]:
+    """LlamaConfig.rope_theta (config/models_config.py; 10000.0 when the model does not say)."""
+    att = A.attention
+    return {"rope_theta": att.rope_theta} if att is not None and att.rope_theta else {}

@@ -5,13 +5,16 @@ deepseek_v2, deepseek_v3, gpt_neox, gpt2. Field names are those of the matching
 `transformers` configuration classes (`LlamaConfig`, `MixtralConfig`, `Qwen2MoeConfig`, ...).
 
 An explicit `head_dim` (Qwen3, Qwen3-MoE, Mistral-style configs) is kept as `model.head_dim`
-when heads * head_dim != hidden. Approximations (the first two are logged as warnings):
-- MLA (deepseek_v2/v3) is read as standard multi-head attention with kv heads = heads and
-  head_dim = hidden / heads; `ModelSpec` has no latent ranks.
+when heads * head_dim != hidden. The RoPE base (`rope_theta`, transformers' default when the
+file leaves it out), learned positions (gpt2), QK-norm (qwen3, qwen3_moe) and MLA's ranks
+(deepseek_v2/v3) are kept for the exports. Approximations (the first two are logged as warnings):
+- the cost model times MLA (deepseek_v2/v3) as standard multi-head attention with kv heads =
+  heads and head_dim = hidden / heads.
 - `ModelSpec` knows only *leading* dense layers; dense layers elsewhere (decoder_sparse_step,
   mlp_only_layers, moe_layer_freq) are counted and moved to the front: totals stay exact.
-- Biases (GPT-2, GPT-NeoX, Qwen2 qkv), learned position embeddings (GPT-2), QK-norm weights
-  and DeepSeek's multi-token-prediction module are not represented.
+- Biases (GPT-2, GPT-NeoX, Qwen2 qkv), the weights of learned position embeddings (GPT-2) and of
+  QK-norm, RoPE scaling, GPT-NeoX's partial rotary and DeepSeek's multi-token-prediction module
+  are not represented (the last three logged as warnings when present).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from meshplan.solver.schema import ModelSpec, MoESpec
+from meshplan.solver.schema import LatentAttentionSpec, ModelSpec, MoESpec
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +163,49 @@ def _spec(
         gated_mlp=mt in _GATED,
         tie_embeddings=bool(r.opt("tie_word_embeddings", _TIED_DEFAULT.get(mt, False))),
         moe=_moe(r, mt, layers, ffn),
+        **_attention(r, mt),
     )
+
+
+# transformers' default rope_theta per configuration class (MixtralConfig 1e6, the others 1e4)
+_ROPE_DEFAULT = {"mixtral": 1_000_000.0}
+
+
+def _attention(r: _Reader, mt: str) -> dict[str, Any]:
+    """Positions, QK-norm and latent attention: what an export needs besides the shape."""
+    if mt == "gpt2":  # GPT2Model: wpe, learned absolute positions
+        return {"learned_positions": True}
+    out: dict[str, Any] = {"rope_theta": _rope_theta(r, mt)}
+    if mt == "gpt_neox" and r.opt("rotary_pct", 1.0) != 1.0:
+        log.warning(
+            "%s: rotary_pct %s (partial rotary) is not carried", r.source, r.d["rotary_pct"]
+        )
+    if r.d.get("rope_scaling"):
+        log.warning("%s: rope_scaling %s is not carried", r.source, r.d["rope_scaling"])
+    if mt in ("qwen3", "qwen3_moe"):  # Qwen3Attention: q_norm and k_norm over head_dim
+        out["qk_norm"] = True
+    if mt in ("deepseek_v2", "deepseek_v3"):  # DeepseekV3Attention's ranks and head widths
+        out["latent_attention"] = LatentAttentionSpec(
+            q_lora_rank=r.opt_count("q_lora_rank", 0, minimum=0),  # null: no query compression
+            kv_lora_rank=r.count("kv_lora_rank"),
+            qk_nope_head_dim=r.count("qk_nope_head_dim"),
+            qk_rope_head_dim=r.count("qk_rope_head_dim"),
+            v_head_dim=r.count("v_head_dim"),
+        )
+    return out
+
+
+def _rope_theta(r: _Reader, mt: str) -> float:
+    """rope_theta (transformers 5 nests it in rope_parameters; GPT-NeoX: rotary_emb_base)."""
+    nested = r.d.get("rope_parameters")
+    v = nested.get("rope_theta") if isinstance(nested, dict) else None
+    if v is None:
+        v = r.opt("rotary_emb_base" if mt == "gpt_neox" else "rope_theta", None)
+    if v is None:
+        return _ROPE_DEFAULT.get(mt, 10_000.0)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+        raise r.fail(f"field 'rope_theta' must be a positive number, got {v!r}")
+    return float(v)
 
 
 def _head_dim(r: _Reader, hidden: int, heads: int, kv: int) -> int | None:
