@@ -105,6 +105,8 @@ class Recipe:
     fsdp: str = ""  # "FSDP1" or "FSDP2": the PyTorch FSDP the recipe's ZeRO-3 is
     loss_parallel_held: bool = False  # tp > 1: DTensor loss_parallel, held with the recompute
     cost_balanced_stages: bool = False  # pipeline stages split by layer cost (nanotron)
+    # ZeRO shards over the data-parallel ranks inside a node, replicated across nodes (HSDP)
+    hybrid_shard: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -168,8 +168,9 @@ _LLM_FOUNDRY = Recipe(
 LLM_FOUNDRY = Profile(
     framework=Framework.LLM_FOUNDRY,
     title="llm-foundry: Composer with PyTorch FSDP1",
-    # fsdp_config.sharding_strategy: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (HYBRID_SHARD shards
-    # inside a node only: a data-parallel split the planner's layouts do not name)
+    # fsdp_config.sharding_strategy: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD; HYBRID_SHARD and
+    # _HYBRID_SHARD_ZERO2 (sharded inside a node, replicated across nodes) with
+    # training.hybrid_shard
     zero_stages=frozenset({0, 2, 3}),
     zero_stages_pipelined=frozenset(),
     zero_names=MappingProxyType({0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD"}),
