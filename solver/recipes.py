@@ -25,8 +25,7 @@ R = TypeVar("R", bound=Any)  # solver/profiles/ Recipe (imported there: no impor
 #   log-softmax, then fp32 gradients (torchtitan @ e347b1e components/loss.py);
 # - INPLACE_FP32: the vocab-parallel loss upcasts to an fp32 softmax it keeps for backward and
 #   turns into the gradient in place, beside the bf16 logits (Megatron-LM @ d98e8a6
-#   core/tensor_parallel/cross_entropy.py; nanotron @ 2411b02 parallel/tensor_parallel/
-#   functional.py _ShardedCrossEntropy after models/llama.py cast_to_fp32);
+#   core/tensor_parallel/cross_entropy.py: the max subtracted in place);
 # - FUSED_BF16: flash-attn's Triton cross-entropy saves the bf16 logits and writes a bf16
 #   gradient (Dao-AILab/flash-attention @ 0251105 flash_attn/ops/triton/cross_entropy.py:
 #   save_for_backward(logits, lse, labels), dlogits = empty_like(logits)), llm-foundry's default

@@ -204,15 +204,15 @@ LLM_FOUNDRY = Profile(
 # each micro-batch's backward (FP32GradientAccumulator.backward), growing as its activations
 # are freed, so they are not counted. Pipeline stages are split by layer cost (models/base.py;
 # `cost_balanced_stages`). The logits are cast to fp32 (models/llama.py cast_to_fp32) and the
-# sharded cross-entropy keeps that fp32 softmax, its gradient in place (LOSS_BYTES
-# INPLACE_FP32). Layers are eager PyTorch with flash attention and a gated MLP (8f); its
+# sharded cross-entropy subtracts the row max into a second fp32 tensor, which it keeps as the
+# softmax (LOSS_BYTES COPY_FP32: two fp32 copies at the forward's peak). Layers are eager PyTorch with flash attention and a gated MLP (8f); its
 # reduce_scatter tp mode keeps the sequence shard of the column-parallel inputs and all-gathers
 # them again in backward (tp_recompute_allgather).
 _NANOTRON = Recipe(
     2,
     4,
     12,
-    logits=LOSS_BYTES[LossKernel.INPLACE_FP32],
+    logits=LOSS_BYTES[LossKernel.COPY_FP32],
     activations="nanotron",
     ddp_grads=2,
     cost_balanced_stages=True,  # models/base.py: blocks placed by cumulative compute cost
