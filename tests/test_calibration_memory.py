@@ -26,9 +26,6 @@ UNDER = {
     "(the sharded loss's two fp32 copies, the DDP buckets, the sequence-parallel shards): the "
     "figure does not say whether it plots max_memory_reserved, and its pipeline rows are "
     "over-predicted by up to 22%",
-    "torchtitan_2412_llama31_8B_t2_cp1_32k": "-3.1%: the loss's 47 GiB of logits is counted "
-    "without the block full recomputation holds later (counting both put the run 10% over and "
-    "its 256K-token sibling past the GPU's memory)",
 }
 
 

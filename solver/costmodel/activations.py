@@ -109,9 +109,12 @@ def _layer(c: Ctx, lay: LayoutOrRows, r: Recompute, width: int, routed: int) -> 
     return (4.0 * h) / _sp(lay) + norm_out + split / T  # the gathered linear inputs: whole
 
 
-def _sp(lay: LayoutOrRows) -> np.ndarray:
+def sp_shard(lay: LayoutOrRows) -> np.ndarray:
     """Divisor of the tensors sequence parallelism shards."""
     return pick(lay.sp, lay.tp, 1)
+
+
+_sp = sp_shard
 
 
 def _textbook(c: Ctx, lay: LayoutOrRows, r: Recompute, width: int, routed: int) -> np.ndarray:

@@ -175,7 +175,11 @@ def _logits_held(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
         # BT / ceil(V/h)) tokens hold their bf16 logits (gradient in place), under 2·h of them
         # a token, and grad_input = zeros_like(input) keeps h bf16 elements a token
         out = ACT_BYTES * (2.0 * vocab / -(-A.V // A.h) + A.h)
-    if rc.activations in DTENSOR_HEAD:
+    if rc.final_norm:
+        # what the final norm keeps (on the sequence shard) and the output layer's input, whole
+        # on every tp rank (DTensor gathers it)
+        out = out + rc.final_norm * A.h / activations.sp_shard(lay) + ACT_BYTES * A.h
+    elif rc.activations in DTENSOR_HEAD:
         # the output layer's input, gathered whole on every tp rank
         out = pick(lay.tp > 1, out + ACT_BYTES * A.h, out)
     return _seq_shard(c, lay) * out

@@ -25,6 +25,9 @@ from meshplan.solver.schema import Framework, LossKernel
 # last micro-batch's reduction holds the bf16 gradients and the fp32 input, 2 + 4.
 # torch.distributed.pipelining allocates a receive buffer per micro-batch and stage
 # (torch/distributed/pipelining/stage.py _prepare_backward_infra @ pytorch 88fa1e7).
+# The final norm is eager RMSNorm outside any checkpointed block (torchtitan @ 9dec370
+# models/norms.py RMSNorm: self._norm(x.float()).type_as(x) * self.weight keeps the fp32 input
+# and the bf16 normalized output, 4 + 2 bytes per h), and the output layer keeps its input.
 _TORCHTITAN = Recipe(
     2,
     4,
@@ -36,6 +39,7 @@ _TORCHTITAN = Recipe(
     pipeline_buffers=True,
     fsdp="FSDP2",
     loss_parallel_held=True,
+    final_norm=6,
 )
 
 TORCHTITAN = Profile(
