@@ -6,6 +6,9 @@ FSDP framework's own words."""
 
 from __future__ import annotations
 
+import ast
+import tomllib
+
 import pytest
 import yaml
 from pydantic import ValidationError
@@ -109,13 +112,15 @@ def test_torchtitan_and_kempnerforge_split_dp_into_shard_and_replicate() -> None
     cluster = ClusterSpec(gpu="h100-sxm-80gb", num_gpus=32, gpus_per_node=8)
     t = TrainingSpec(seq_len=S, framework="TORCHTITAN", hybrid_shard=True)
     text = emit("torchtitan", _plan(), ModelSpec(**MODEL), t, 32 * S, cluster)
+    ast.parse(text)  # a Python module
     assert "data_parallel_replicate_degree=4," in text
     assert "data_parallel_shard_degree=8," in text
-    toml = emit("torchtitan-toml", _plan(), ModelSpec(**MODEL), t, 32 * S, cluster)
-    assert "data_parallel_replicate_degree = 4" in toml
+    toml = tomllib.loads(emit("torchtitan-toml", _plan(), ModelSpec(**MODEL), t, 32 * S, cluster))
+    assert toml["parallelism"]["data_parallel_replicate_degree"] == 4
+    assert toml["parallelism"]["data_parallel_shard_degree"] == 8
     k = TrainingSpec(seq_len=S, framework="KEMPNERFORGE", hybrid_shard=True)
-    kf = emit("kempnerforge", _plan(), ModelSpec(**MODEL), k, 32 * S, cluster)
-    assert "dp_shard = 8" in kf and "dp_replicate = 4" in kf
+    kf = tomllib.loads(emit("kempnerforge", _plan(), ModelSpec(**MODEL), k, 32 * S, cluster))
+    assert (kf["distributed"]["dp_shard"], kf["distributed"]["dp_replicate"]) == (8, 4)
     with pytest.raises(ValueError, match="needs the cluster"):
         emit("torchtitan", _plan(), ModelSpec(**MODEL), t, 32 * S)
     g = TrainingSpec(seq_len=S, framework="GENERIC", hybrid_shard=True)

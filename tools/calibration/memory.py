@@ -5,9 +5,10 @@ source's basis against it.
 A run fits when its layout obeys its profile's rules and, at the published layout with the
 knobs the source does not print set to any setting its framework runs (tools/calibration/knobs.py),
 the memory model's tenants fit the usable budget (HBM less the reserve, over 1 + fragmentation:
-solver/costmodel/context.py). A printed peak is compared as tools/calibration/score.py does:
+solver/costmodel/context.py). A printed peak is compared on the stage the source read it on,
 `allocated` (max_memory_allocated) with the tenants, `reserved` (max_memory_reserved) with the
-tenants and the fragmentation share.
+tenants and the fragmentation share (`predicted_peak_gib`, which tools/calibration/score.py
+uses too).
 """
 
 from __future__ import annotations
