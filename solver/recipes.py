@@ -25,18 +25,30 @@ R = TypeVar("R", bound=Any)  # solver/profiles/ Recipe (imported there: no impor
 #   log-softmax, then fp32 gradients (torchtitan @ e347b1e components/loss.py);
 # - INPLACE_FP32: the vocab-parallel loss upcasts to an fp32 softmax it keeps for backward and
 #   turns into the gradient in place, beside the bf16 logits (Megatron-LM @ d98e8a6
-#   core/tensor_parallel/cross_entropy.py; nanotron @ 2411b02 parallel/tensor_parallel/
-#   functional.py _ShardedCrossEntropy after models/llama.py cast_to_fp32);
+#   core/tensor_parallel/cross_entropy.py: the max subtracted in place);
 # - FUSED_BF16: flash-attn's Triton cross-entropy saves the bf16 logits and writes a bf16
 #   gradient (Dao-AILab/flash-attention @ 0251105 flash_attn/ops/triton/cross_entropy.py:
 #   save_for_backward(logits, lse, labels), dlogits = empty_like(logits)), llm-foundry's default
 #   loss_fn fused_crossentropy (llm-foundry @ 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py);
-# - CHUNKED: no whole logits (memory.py: Liger-Kernel's chunks).
+# - CHUNKED: no whole logits (memory.py: Liger-Kernel's chunks);
+# - COMPILED: torchtitan compiles its F.cross_entropy(pred.float()) with the model (torchtitan @
+#   e7c0cae components/loss.py build_cross_entropy_loss: torch.compile(loss_fn) under
+#   training.compile): Inductor fuses the fp32 cast into the log-softmax reductions and the
+#   min-cut partitioner saves the bf16 input, not an fp32 [tokens, V] intermediate (pytorch
+#   torch/_functorch/partitioners.py min_cut_rematerialization_partition), so the logits and
+#   their bf16 gradient remain, as a fused kernel's;
+# - COPY_FP32: nanotron subtracts the row max out of place (sharded_logits - logits_max) while
+#   the fp32 logits from cast_to_fp32 are alive, then exponentiates that copy in place and keeps
+#   it as the softmax: two fp32 copies at the forward's peak, the bf16 logits freed once
+#   cast_to_fp32 returns (nanotron @ 2411b02 parallel/tensor_parallel/functional.py
+#   _ShardedCrossEntropy.forward, models/llama.py forward_with_hidden_states).
 LOSS_BYTES: Mapping[LossKernel, int] = MappingProxyType(
     {
         LossKernel.EAGER_FP32: 12,
+        LossKernel.COPY_FP32: 8,
         LossKernel.INPLACE_FP32: 6,
         LossKernel.FUSED_BF16: 4,
+        LossKernel.COMPILED: 4,
         LossKernel.CHUNKED: 4,  # each chunk's bf16 logits, its gradient in place
     }
 )
@@ -74,6 +86,8 @@ def with_knobs(r: R, t: TrainingSpec) -> R:
         up["fsdp"] = t.fsdp_version.value
         up["unit_grad"] = r.weights if one else 0
         up["gather_transient"] = FSDP1_UNIT_TRANSIENT if one else FSDP2_UNIT_TRANSIENT
+    if t.hybrid_shard:  # TrainingSpec refuses it for profiles that cannot shard in a node
+        up["hybrid_shard"] = True
     if t.activation_form is not None:
         up["activations"] = FORMS[t.activation_form]
     if t.fp8_activations is not None:

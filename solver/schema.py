@@ -42,6 +42,9 @@ class Framework(str, Enum):
 
 # The profiles whose ZeRO-3 is PyTorch FSDP (solver/profiles/ Recipe.fsdp)
 FSDP_FRAMEWORKS = (Framework.TORCHTITAN, Framework.LLM_FOUNDRY, Framework.KEMPNERFORGE)
+# The profiles that can shard inside a node and replicate across nodes (training.hybrid_shard):
+# FSDP1's HYBRID_SHARD, FSDP2's HSDP (dp_replicate x dp_shard), and the textbook
+HYBRID_FRAMEWORKS = (*FSDP_FRAMEWORKS, Framework.GENERIC)
 
 
 class LossKernel(str, Enum):
@@ -51,6 +54,8 @@ class LossKernel(str, Enum):
     INPLACE_FP32 = "INPLACE_FP32"  # vocab-parallel fp32 softmax kept, gradient in place
     FUSED_BF16 = "FUSED_BF16"  # one kernel on bf16 logits: the logits and their bf16 gradient
     CHUNKED = "CHUNKED"  # output layer and loss fused over chunks of tokens: no whole logits
+    COMPILED = "COMPILED"  # torch.compile'd F.cross_entropy(logits.float()): bf16 logits, grad
+    COPY_FP32 = "COPY_FP32"  # vocab-parallel fp32 softmax on a copy of the fp32 logits
 
 
 class StateDtype(str, Enum):
@@ -345,8 +350,8 @@ class TrainingSpec(_Strict):
         default=None,
         description=(
             "How the loss holds the logits: EAGER_FP32 (12 bytes per logit element), "
-            "INPLACE_FP32 (6), FUSED_BF16 (4), CHUNKED (no whole logits); None: the framework "
-            "profile's."
+            "COPY_FP32 (8), INPLACE_FP32 (6), FUSED_BF16 (4), COMPILED (4), CHUNKED (no whole "
+            "logits); None: the framework profile's."
         ),
     )
     grad_dtype: StateDtype | None = Field(
@@ -383,6 +388,16 @@ class TrainingSpec(_Strict):
         description=(
             "FP8 training stores the linear layers' inputs in FP8, 1 byte an element "
             "(Transformer Engine); None: the framework profile's (needs precision FP8)."
+        ),
+    )
+    hybrid_shard: bool = Field(
+        default=False,
+        description=(
+            "Shard the ZeRO state over the data-parallel ranks inside one node and replicate it "
+            "across nodes (PyTorch FSDP1 HYBRID_SHARD, or _HYBRID_SHARD_ZERO2 at ZeRO-2; FSDP2 "
+            "HSDP: torchtitan's data_parallel_shard_degree x data_parallel_replicate_degree): "
+            "gathers and reduce-scatters stay in the node, gradients are all-reduced across "
+            "nodes; FSDP profiles and GENERIC."
         ),
     )
     fused_attention: bool = Field(
@@ -444,6 +459,12 @@ class TrainingSpec(_Strict):
             raise ValueError(
                 f"training.fsdp_version {self.fsdp_version.value} needs a PyTorch FSDP profile "
                 f"({', '.join(f.value for f in FSDP_FRAMEWORKS)}), not training.framework "
+                f"{self.framework.value}"
+            )
+        if self.hybrid_shard and self.framework not in HYBRID_FRAMEWORKS:
+            raise ValueError(
+                f"training.hybrid_shard needs a profile that shards inside a node "
+                f"({', '.join(f.value for f in HYBRID_FRAMEWORKS)}), not training.framework "
                 f"{self.framework.value}"
             )
         if self.fp8_activations and self.precision is not Precision.FP8:

@@ -9,9 +9,12 @@ does that.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import pytest
 
+from meshplan.solver.costmodel import CostModel, Point
+from meshplan.tools.calibration.memory import memory_cost_model
 from meshplan.tools.calibration.score import evaluate_runs, load_all
 
 RESULTS = {r.id: r for r in evaluate_runs([r for r in load_all() if r.memory_gib is not None])}
@@ -24,18 +27,23 @@ def test_median_memory_error(source: str) -> None:
     assert statistics.median(errs) <= 0.08
 
 
-# -3.1%: the loss's 47 GiB of logits counted without the block full recomputation holds later
-# (counting both put this run 10% over and its 256K-token sibling past the GPU's memory)
-UNDER = {"torchtitan_2412_llama31_8B_t2_cp1_32k"}
-
-
 @pytest.mark.parametrize("run_id", sorted(RESULTS))
 def test_never_under_predicted_by_more_than_3_percent(run_id: str) -> None:
-    err = RESULTS[run_id].memory_error
-    if run_id in UNDER:
-        assert -0.04 < err < -0.03, (run_id, err)
-        pytest.xfail("under by 3.1%: the logits and the recomputed block are not held at once")
-    assert err >= -0.03, (run_id, err)
+    assert RESULTS[run_id].memory_error >= -0.03, (run_id, RESULTS[run_id].memory_error)
+
+
+def test_the_final_norm_and_the_output_layer_s_input_are_held_at_the_loss() -> None:
+    # torchtitan's final RMSNorm is eager and outside the checkpointed blocks: it keeps its fp32
+    # input and bf16 output (6 bytes per h), the output layer its bf16 input (2): at 32K tokens
+    # with full recomputation that was the 3.1% the 8B run came out under
+    run = next(r for r in load_all() if r.id == "torchtitan_2412_llama31_8B_t2_cp1_32k")
+    cm = memory_cost_model(run)
+    bare_recipe = replace(cm.ctx.recipe, final_norm=0)
+    bare = CostModel(cm.arch, cm.hw, cm.training, run.search, recipe=bare_recipe)
+    p = Point.from_config(run.config)
+    held = cm.memory_bill(p).activations - bare.memory_bill(p).activations
+    assert abs(held - 32768 * 8 * 4096) <= 4 * 1024
+    assert RESULTS[run.id].memory_error > -0.03
 
 
 def test_the_pipeline_runs_need_unsharded_fp32_gradients() -> None:

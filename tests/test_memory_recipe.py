@@ -69,6 +69,20 @@ def test_loss_kernel_changes_the_bill_by_its_logit_bytes(
     assert abs((eager - inplace) - 6 * elements) <= 4 * KIB
 
 
+def test_compiled_and_copying_losses_hold_their_code_s_bytes() -> None:
+    # torch.compile'd F.cross_entropy(logits.float()) (torchtitan with compile): the bf16 logits
+    # and their bf16 gradient, 4 B; nanotron's sharded cross-entropy subtracts the max into a
+    # second fp32 tensor beside the fp32 cast, 8 B, its profile's default
+    eager = _activations({"framework": "TORCHTITAN", "loss_kernel": "EAGER_FP32"})
+    compiled = _activations({"framework": "TORCHTITAN", "loss_kernel": "COMPILED"})
+    elements = S * B * 32000
+    assert abs((eager - compiled) - 8 * elements) <= 4 * KIB
+    copy = _activations({"framework": "NANOTRON", "loss_kernel": "COPY_FP32"}, 2)
+    inplace = _activations({"framework": "NANOTRON", "loss_kernel": "INPLACE_FP32"}, 2)
+    assert abs((copy - inplace) - 2 * elements // 2) <= 4 * KIB
+    assert _activations({"framework": "NANOTRON"}, 2) == copy
+
+
 def test_chunked_loss_holds_a_chunk_of_logits_and_the_input_gradient() -> None:
     # Liger-Kernel: chunks of next_power_of_2(BT / ceil(V/h)) tokens hold bf16 logits (at most
     # 2·BT/ceil(V/h) tokens' worth), grad_input = zeros_like(input) holds BT·h bf16

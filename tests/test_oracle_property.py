@@ -28,7 +28,15 @@ NO_FP8 = ("DEEPSPEED", "NANOTRON")
 WHOLE_LAYERS = ("LLM_FOUNDRY", "NANOTRON")  # no selective recomputation
 # The memory recipe's knobs (solver/schema.py TrainingSpec): None keeps the profile's default.
 KNOBS = {
-    "loss_kernel": [None, "EAGER_FP32", "INPLACE_FP32", "FUSED_BF16", "CHUNKED"],
+    "loss_kernel": [
+        None,
+        "EAGER_FP32",
+        "COPY_FP32",
+        "INPLACE_FP32",
+        "FUSED_BF16",
+        "COMPILED",
+        "CHUNKED",
+    ],
     "grad_dtype": [None, "FP32", "BF16"],
     "master_dtype": [None, "FP32", "BF16"],
     "activation_form": [None, "FLAT_12H", "MEGATRON", "TORCHTITAN", "NANOTRON"],
@@ -92,6 +100,8 @@ def instances(draw: st.DrawFn) -> PlanRequest:
             training[knob] = v
     if framework in FSDP and draw(st.booleans()):
         training["fsdp_version"] = draw(st.sampled_from(["FSDP1", "FSDP2"]))
+    if framework in (*FSDP, "GENERIC") and draw(st.booleans()):
+        training["hybrid_shard"] = True  # ZeRO shards inside a node: memory and dp traffic
     if draw(st.booleans()):
         training["critical_batch_tokens"] = seq * draw(st.sampled_from([8, 64, 4096]))
     else:

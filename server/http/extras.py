@@ -11,7 +11,7 @@ from typing import Any
 
 from meshplan.solver.schema import ModelSpec, ParallelConfig, TrainingSpec
 
-# emit(kind, config, model, training, global_batch_tokens) -> the framework's input (text)
+# emit(kind, config, model, training, global_batch_tokens, cluster) -> the framework's input (text)
 ExportFn = Callable[[str | None, ParallelConfig, ModelSpec, TrainingSpec, int], str]
 # a config.json's object -> the model it describes (ValueError naming the key it cannot read)
 HfConfigFn = Callable[[dict[str, Any]], ModelSpec]

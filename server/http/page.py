@@ -160,7 +160,7 @@ class Page:
             return _bad("config.num_microbatches", "is needed to export a plan (got none)")
         tokens = c.dp * c.micro_batch_size * c.num_microbatches * t.seq_len
         try:
-            text = await asyncio.to_thread(tools.export, kind, c, req.model, t, tokens)
+            text = await asyncio.to_thread(tools.export, kind, c, req.model, t, tokens, req.cluster)
         except ValueError as err:
             return _bad("config", shorten(str(err), 600))
         return web.json_response({"kind": kind or profile_of(t.framework).export, "text": text})

@@ -51,7 +51,7 @@ def per_token(c: Ctx, lay: LayoutOrRows, r: Recompute) -> np.ndarray:
 def _per_token(c: Ctx, lay: LayoutOrRows, r: Recompute) -> np.ndarray:
     A = c.A
     if r is Recompute.FULL:
-        return 2.0 * A.h / _sp(lay)  # the layer input checkpoint only
+        return 2.0 * A.h / sp_shard(lay)  # the layer input checkpoint only
     dense = _layer(c, lay, r, A.f, 0)
     if not A.is_moe:
         return dense
@@ -82,10 +82,10 @@ def _layer(c: Ctx, lay: LayoutOrRows, r: Recompute, width: int, routed: int) -> 
     scores = 5.0 * A.a * c.s if (r is Recompute.NONE and not c.fused_attention) else 0.0
     if r is Recompute.SELECTIVE and form == "torchtitan":
         # op-level SAC: block input and w2 output (sequence shards), q, v, attention output, w1
-        return (4.0 * h) / _sp(lay) + (4.0 * aw + 2.0 * kvw + 2.0 * width) / T
+        return (4.0 * h) / sp_shard(lay) + (4.0 * aw + 2.0 * kvw + 2.0 * width) / T
     if r is Recompute.SELECTIVE and form == "kempnerforge":
         # the attention module is checkpointed: its input, the MLP's gathered input and its own
-        return (4.0 * h + 2.0 * h) / _sp(lay) + 2.0 * h + mlp / T
+        return (4.0 * h + 2.0 * h) / sp_shard(lay) + 2.0 * h + mlp / T
     split = 4.0 * aw + 4.0 * kvw + mlp + scores
     norm_out = 4.0 * h  # the two norm outputs, the column-parallel linears' inputs
     if c.recipe.fp8_activations:
@@ -98,18 +98,18 @@ def _layer(c: Ctx, lay: LayoutOrRows, r: Recompute, width: int, routed: int) -> 
     if form == "megatron":
         if r is Recompute.SELECTIVE and routed:
             split -= 2.0 * A.fe * routed  # moe_act: the routed experts' activation outputs
-        return (4.0 * h + norm_out) / _sp(lay) + split / T
+        return (4.0 * h + norm_out) / sp_shard(lay) + split / T
     if form == "nanotron":
         if A.kv == A.a:
             # multi-head attention: q, k, v are views of one contiguous [3, b, s, heads, d] copy
             # of the qkv projection, kept whole while flash attention holds q, beside the K,V it
             # concatenates anew (nanotron @ 2411b02 models/llama.py CausalSelfAttention.forward)
             split += 4.0 * aw
-        return (4.0 * h + norm_out) / _sp(lay) + split / T  # shards, re-gathered in backward
-    return (4.0 * h) / _sp(lay) + norm_out + split / T  # the gathered linear inputs: whole
+        return (4.0 * h + norm_out) / sp_shard(lay) + split / T  # shards, re-gathered in backward
+    return (4.0 * h) / sp_shard(lay) + norm_out + split / T  # the gathered linear inputs: whole
 
 
-def _sp(lay: LayoutOrRows) -> np.ndarray:
+def sp_shard(lay: LayoutOrRows) -> np.ndarray:
     """Divisor of the tensors sequence parallelism shards."""
     return pick(lay.sp, lay.tp, 1)
 

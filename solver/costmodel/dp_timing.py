@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 
 from meshplan.solver.costmodel.context import Ctx
-from meshplan.solver.costmodel.memory import _extras, _layer_params, expert_shard
+from meshplan.solver.costmodel.memory import _extras, _layer_params, expert_shard, shard_group
 from meshplan.solver.costmodel.point import (
     LayoutOrRows,
     column,
@@ -31,7 +31,7 @@ def optimizer_terms(c: Ctx, R: Rates, fx, stage, inv_bm) -> list[Term]:  # noqa:
 
     def local(lay: LayoutOrRows, i: int, sh: bool) -> np.ndarray:
         x = dp_params(c, lay)[i]
-        return x / dp_cp(lay) if sh else x  # x/1 is x
+        return x / shard_group(c, lay) if sh else x  # x/1 is x
 
     out = [
         Term(
@@ -104,15 +104,28 @@ def _dp_volume(c: Ctx, z: int) -> tuple[float, float]:
 
 
 def _ring(R: Rates, lay: LayoutOrRows) -> np.ndarray:
-    """Latency of one all-gather or reduce-scatter over the dp·cp group."""
-    n = dp_cp(lay)
-    return pick(n == 1, 0.0, R.ring_latency(n, tp_dp_cp(lay)))  # the span tp·cp·dp: integers
+    """Latency of one all-gather or reduce-scatter over the shard group (dp·cp; in the node
+    with hybrid sharding)."""
+    n = shard_group(R.c, lay)
+    return pick(n == 1, 0.0, R.ring_latency(n, lay.tp * n))  # the span tp·n: integers
 
 
 def _dp_group(R: Rates, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray]:
-    """(size, bandwidth per GPU) of the dp·cp group's ring."""
-    g = dp_cp(lay)
+    """(size, bandwidth per GPU) of the shard group's ring (dp·cp; in the node with hybrid
+    sharding)."""
+    g = shard_group(R.c, lay)
     return g, R.group_bw(g, lay.tp)
+
+
+def _replicas(c: Ctx, lay: LayoutOrRows, R: Rates, nb: float) -> np.ndarray:
+    """Hybrid sharding: seconds per token per parameter of nb gradient bytes all-reduced across
+    the n = dp·cp/S replicas of each rank's 1/S shard (2(n − 1)/n of it, Thakur et al. 2005),
+    on the NICs (pytorch torch/distributed/fsdp/_runtime_utils.py _post_backward_reshard: the
+    reduce-scatter in the node, then an all-reduce over the inter-node group)."""
+    S = shard_group(c, lay)
+    n = dp_cp(lay) // S
+    bw = R.group_bw(n, lay.tp * S)
+    return pick(n == 1, 0.0, 2.0 * nb / S * (n - 1) / n / bw * per_rows(_per_mb, c, lay))
 
 
 def _coll(R: Rates, lay: LayoutOrRows, z0: bool) -> np.ndarray:
@@ -285,6 +298,23 @@ def dp_terms(
                     lambda lay, _, e=experts: e(lay, None) / tp_dp_cp(lay),
                     pv=x.stage,
                     db=dbf,
+                )
+            )
+    if c.recipe.hybrid_shard and z >= 1:
+        # the gradient shards' all-reduce across nodes, as often as the reduce-scatter
+        if z == 3 and c.recipe.reduce_bytes:  # unsharded accumulation: reduced once a step
+            rb, rdb = float(c.recipe.reduce_bytes), x.inv_bm
+        else:
+            rb, rdb = float(c.gb), x.inv_bm if z == 1 else x.inv_b
+        for i, pv in ((0, x.stage), (2, None)):
+            comm.append(
+                Term(
+                    "dp_comm",
+                    lambda lay, _, i=i, rb=rb: (
+                        dp_params(c, lay)[i] * per_rows(_replicas, c, lay, R, rb)
+                    ),
+                    pv=pv,
+                    db=rdb,
                 )
             )
     comm += _dp_latency(c, R, z, x)

@@ -24,7 +24,6 @@ from meshplan.solver.costmodel.context import ACT_BYTES, Ctx, n_chunk, n_stage
 from meshplan.solver.costmodel.factors import BatchFactor
 from meshplan.solver.costmodel.point import (
     LayoutOrRows,
-    column,
     dp_cp,
     maximum,
     per_rows,
@@ -107,11 +106,23 @@ def _state(c: Ctx, lay: LayoutOrRows, part: str, nb: float, keep: float, sh: boo
 
 def _state_of(c: Ctx, lay: LayoutOrRows, part: str, nb: float, keep: float, sh: bool) -> np.ndarray:
     x = _bytes(c, lay, part, nb)
-    return x * column(_shard, lay, keep) if sh else x
+    return x * (keep / shard_group(c, lay)) if sh else x
 
 
-def _shard(lay: LayoutOrRows, keep: float) -> np.ndarray:
-    return keep / dp_cp(lay)
+def shard_group(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
+    """The ranks ZeRO shards a state over: dp·cp, or with hybrid sharding (`Recipe.hybrid_shard`)
+    those of them inside one node, gcd(dp·cp, GPUs per node / tp), the rest holding replicas
+    (tp innermost, then cp and dp: pytorch torch/distributed/fsdp/_init_utils.py
+    _init_intra_and_inter_node_groups for FSDP1 HYBRID_SHARD; torchtitan @ e347b1e
+    distributed/parallel_dims.py, dp_replicate outside dp_shard·cp·tp). Over rows, computed once."""
+    return per_rows(_shard_group, c, lay)
+
+
+def _shard_group(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
+    g = dp_cp(lay)
+    if not c.recipe.hybrid_shard:
+        return g
+    return np.gcd(g, np.maximum(1, c.H.gpn // lay.tp))
 
 
 def expert_shard(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
@@ -121,6 +132,8 @@ def expert_shard(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
 
 
 def _expert_shard(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
+    if c.recipe.hybrid_shard:  # the expert group's shards stay inside the node too
+        return _layer_params(c, lay)[1] / (lay.tp * shard_group(c, lay))
     return _layer_params(c, lay)[1] / tp_dp_cp(lay)
 
 
@@ -162,7 +175,11 @@ def _logits_held(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
         # BT / ceil(V/h)) tokens hold their bf16 logits (gradient in place), under 2·h of them
         # a token, and grad_input = zeros_like(input) keeps h bf16 elements a token
         out = ACT_BYTES * (2.0 * vocab / -(-A.V // A.h) + A.h)
-    if rc.activations in DTENSOR_HEAD:
+    if rc.final_norm:
+        # what the final norm keeps (on the sequence shard) and the output layer's input, whole
+        # on every tp rank (DTensor gathers it)
+        out = out + rc.final_norm * A.h / activations.sp_shard(lay) + ACT_BYTES * A.h
+    elif rc.activations in DTENSOR_HEAD:
         # the output layer's input, gathered whole on every tp rank
         out = pick(lay.tp > 1, out + ACT_BYTES * A.h, out)
     return _seq_shard(c, lay) * out

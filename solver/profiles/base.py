@@ -105,6 +105,11 @@ class Recipe:
     fsdp: str = ""  # "FSDP1" or "FSDP2": the PyTorch FSDP the recipe's ZeRO-3 is
     loss_parallel_held: bool = False  # tp > 1: DTensor loss_parallel, held with the recompute
     cost_balanced_stages: bool = False  # pipeline stages split by layer cost (nanotron)
+    # ZeRO shards over the data-parallel ranks inside a node, replicated across nodes (HSDP)
+    hybrid_shard: bool = False
+    # last stage: bytes per token per h the final norm keeps for backward (on the sequence
+    # shard), beside the output layer's whole input (memory.py); 0: not counted
+    final_norm: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,6 +25,9 @@ from meshplan.solver.schema import Framework, LossKernel
 # last micro-batch's reduction holds the bf16 gradients and the fp32 input, 2 + 4.
 # torch.distributed.pipelining allocates a receive buffer per micro-batch and stage
 # (torch/distributed/pipelining/stage.py _prepare_backward_infra @ pytorch 88fa1e7).
+# The final norm is eager RMSNorm outside any checkpointed block (torchtitan @ 9dec370
+# models/norms.py RMSNorm: self._norm(x.float()).type_as(x) * self.weight keeps the fp32 input
+# and the bf16 normalized output, 4 + 2 bytes per h), and the output layer keeps its input.
 _TORCHTITAN = Recipe(
     2,
     4,
@@ -36,6 +39,7 @@ _TORCHTITAN = Recipe(
     pipeline_buffers=True,
     fsdp="FSDP2",
     loss_parallel_held=True,
+    final_norm=6,
 )
 
 TORCHTITAN = Profile(
@@ -168,8 +172,9 @@ _LLM_FOUNDRY = Recipe(
 LLM_FOUNDRY = Profile(
     framework=Framework.LLM_FOUNDRY,
     title="llm-foundry: Composer with PyTorch FSDP1",
-    # fsdp_config.sharding_strategy: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (HYBRID_SHARD shards
-    # inside a node only: a data-parallel split the planner's layouts do not name)
+    # fsdp_config.sharding_strategy: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD; HYBRID_SHARD and
+    # _HYBRID_SHARD_ZERO2 (sharded inside a node, replicated across nodes) with
+    # training.hybrid_shard
     zero_stages=frozenset({0, 2, 3}),
     zero_stages_pipelined=frozenset(),
     zero_names=MappingProxyType({0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD"}),
@@ -203,15 +208,15 @@ LLM_FOUNDRY = Profile(
 # each micro-batch's backward (FP32GradientAccumulator.backward), growing as its activations
 # are freed, so they are not counted. Pipeline stages are split by layer cost (models/base.py;
 # `cost_balanced_stages`). The logits are cast to fp32 (models/llama.py cast_to_fp32) and the
-# sharded cross-entropy keeps that fp32 softmax, its gradient in place (LOSS_BYTES
-# INPLACE_FP32). Layers are eager PyTorch with flash attention and a gated MLP (8f); its
+# sharded cross-entropy subtracts the row max into a second fp32 tensor, which it keeps as the
+# softmax (LOSS_BYTES COPY_FP32: two fp32 copies at the forward's peak). Layers are eager PyTorch with flash attention and a gated MLP (8f); its
 # reduce_scatter tp mode keeps the sequence shard of the column-parallel inputs and all-gathers
 # them again in backward (tp_recompute_allgather).
 _NANOTRON = Recipe(
     2,
     4,
     12,
-    logits=LOSS_BYTES[LossKernel.INPLACE_FP32],
+    logits=LOSS_BYTES[LossKernel.COPY_FP32],
     activations="nanotron",
     ddp_grads=2,
     cost_balanced_stages=True,  # models/base.py: blocks placed by cumulative compute cost

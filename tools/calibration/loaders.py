@@ -27,6 +27,7 @@ from meshplan.solver.arch import resolve_model
 from meshplan.solver.schema import (
     ClusterSpec,
     Framework,
+    LossKernel,
     ModelSpec,
     ParallelConfig,
     Precision,
@@ -82,6 +83,23 @@ def _published_source(rec: dict[str, Any]) -> str:
         if rec["id"].startswith(s.rstrip("0123456789")):
             return s
     raise ValueError(f"unknown source for run {rec['id']}")
+
+
+# torchtitan compiles its loss with the model since bbb1b61 (2025-04-02: components/loss.py
+# build_cross_entropy_loss, torch.compile(loss_fn) under training.compile); at 9dec370 (the
+# Dec 2024 benchmarks) train.py left it eager. Benchmarks whose command line compiles, where the
+# record's id and notes do not say so (the Trainy doc's `--training.compile`):
+COMPILED_BY_COMMAND = ("benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md",)
+
+
+def _loss_kernel(src: str, rec: dict[str, Any]) -> LossKernel | None:
+    """LossKernel.COMPILED for a torchtitan run that compiles its loss, else None (the
+    profile's)."""
+    said = f"{rec['id']} {rec['parallel']['notes'] or ''}".lower()
+    compiled = "compile" in said or rec["source"].get("path") in COMPILED_BY_COMMAND
+    if src == "torchtitan" and compiled and "9dec370" not in rec["framework"]:
+        return LossKernel.COMPILED
+    return None
 
 
 def _run_from_published(rec: dict[str, Any]) -> CalibrationRun:
@@ -166,6 +184,7 @@ def _run_from_published(rec: dict[str, Any]) -> CalibrationRun:
         tp_comm_overlap="asynctp" in (rec["id"] + (par["notes"] or "")).lower(),
         dp_comm_overlap=not megatron,  # Megatron-LM 2021-22 all-reduced after the backward
         fused_attention=not megatron,  # before FlashAttention (Dao et al., May 2022)
+        loss_kernel=_loss_kernel(src, rec),
     )
     config = ParallelConfig(
         tp=tp,

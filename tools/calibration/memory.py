@@ -5,9 +5,10 @@ source's basis against it.
 A run fits when its layout obeys its profile's rules and, at the published layout with the
 knobs the source does not print set to any setting its framework runs (tools/calibration/knobs.py),
 the memory model's tenants fit the usable budget (HBM less the reserve, over 1 + fragmentation:
-solver/costmodel/context.py). A printed peak is compared as tools/calibration/score.py does:
+solver/costmodel/context.py). A printed peak is compared on the stage the source read it on,
 `allocated` (max_memory_allocated) with the tenants, `reserved` (max_memory_reserved) with the
-tenants and the fragmentation share.
+tenants and the fragmentation share (`predicted_peak_gib`, which tools/calibration/score.py
+uses too).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel import CostModel, Point
+from meshplan.solver.costmodel.constants import Constants
 from meshplan.solver.costmodel.context import recipe_of
 from meshplan.solver.costmodel.model import MEMORY_UNIT
 from meshplan.solver.hardware import GIB, resolve_cluster
@@ -45,11 +47,31 @@ class MemoryResult(BaseModel):
     error: float | None = Field(description="predicted / published - 1 (< 0: under-predicted).")
 
 
-def _cost_model(run: CalibrationRun, search: SearchSpec) -> CostModel:
+def memory_cost_model(
+    run: CalibrationRun, search: SearchSpec | None = None, constants: Constants | None = None
+) -> CostModel:
+    """The cost model a run's memory is scored with: its training at the precision its memory
+    recipe is (`memory_precision`), the request's knobs applied (`recipe_of`), K,V as its
+    attention holds them (`kv_repeated`)."""
     A, H = resolve_model(run.model), resolve_cluster(run.cluster)
     t = run.training.model_copy(update={"precision": run.memory_precision})
     rec = replace(recipe_of(t), kv_repeated=run.kv_repeated)
-    return CostModel(A, H, t, search, recipe=rec)
+    return CostModel(A, H, t, search or run.search, constants, recipe=rec)
+
+
+def predicted_peak_gib(run: CalibrationRun, cm: CostModel, config: ParallelConfig) -> float:
+    """The peak the run's source prints, predicted at `config` (GiB): the tenants of the stage
+    it was read on (`memory_stage`; else the fuller), with the caching allocator's
+    fragmentation share where the source prints max_memory_reserved."""
+    p = Point.from_config(config)
+    if run.memory_stage == "first":
+        peak = cm.stage_bytes(p, "first") * MEMORY_UNIT
+    else:
+        at = cm.memory_bill(p)
+        peak = at.total - at.reserve
+    if run.memory_basis == "reserved":  # the caching allocator's fragmentation share too
+        peak = peak + cm.ctx.reserve_for(peak) - cm.ctx.reserve_bytes
+    return peak / GIB
 
 
 def memory_result(run: CalibrationRun, search: SearchSpec | None = None) -> MemoryResult:
@@ -58,7 +80,7 @@ def memory_result(run: CalibrationRun, search: SearchSpec | None = None) -> Memo
 
     search = search or SearchSpec()
     A, H = resolve_model(run.model), resolve_cluster(run.cluster)
-    cm = _cost_model(run, search)
+    cm = memory_cost_model(run, search)
     t = run.training
     batch = Batch(t.global_batch_tokens // t.seq_len, t.critical_batch_tokens // t.seq_len)
     scored = []
@@ -78,15 +100,7 @@ def memory_result(run: CalibrationRun, search: SearchSpec | None = None) -> Memo
     pred = err = None
     if pub is not None:
         # the published setting's peak (the source printed the peak of the layout it ran)
-        p = Point.from_config(run.config)
-        if run.memory_stage == "first":
-            peak = cm.stage_bytes(p, "first") * MEMORY_UNIT
-        else:
-            at = cm.memory_bill(p)
-            peak = at.total - at.reserve
-        if run.memory_basis == "reserved":  # the caching allocator's fragmentation share too
-            peak = peak + cm.ctx.reserve_for(peak) - cm.ctx.reserve_bytes
-        pred = peak / GIB
+        pred = predicted_peak_gib(run, cm, run.config)
         err = pred / pub - 1
     return MemoryResult(
         id=run.id,

@@ -24,8 +24,7 @@ from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.costmodel.band import cell_key, family_of
 from meshplan.solver.costmodel.constants import Constants
-from meshplan.solver.costmodel.context import recipe_for
-from meshplan.solver.hardware import GIB, resolve_cluster
+from meshplan.solver.hardware import resolve_cluster
 from meshplan.solver.schema import ParallelConfig
 from meshplan.tools.calibration.knobs import candidates, setting
 from meshplan.tools.calibration.loaders import (
@@ -43,6 +42,7 @@ from meshplan.tools.calibration.loaders import (
     load_published,
     megatron_flops_per_token,
 )
+from meshplan.tools.calibration.memory import memory_cost_model, predicted_peak_gib
 
 __all__ = [
     "CATEGORIES",
@@ -119,17 +119,9 @@ def evaluate_run(
     pred_tps = perf.tokens_per_s / p.lay.gpus
     mem_pred = mem_err = None
     if memory and run.memory_gib is not None:
-        mcm = cm
-        if run.memory_precision is not run.training.precision or run.kv_repeated:
-            tr = run.training.model_copy(update={"precision": run.memory_precision})
-            rec = recipe_for(tr.framework, tr.precision, tr.grad_reduce_in_bf16)
-            rec = replace(rec, kv_repeated=run.kv_repeated)
-            mcm = CostModel(A, H, tr, run.search, constants, recipe=rec)
-        bill = mcm.memory_bill(p)
-        used = bill.total - bill.reserve
-        if run.memory_basis == "reserved":  # caching allocator: the fragmentation share too
-            used = bill.total - mcm.ctx.reserve_bytes
-        mem_pred = used / GIB
+        # as benchmarks/memory.py scores it (tools/calibration/memory.py), at the scored layout
+        mcm = memory_cost_model(run, constants=constants)
+        mem_pred = predicted_peak_gib(run, mcm, config)
         mem_err = mem_pred / run.memory_gib - 1
     return RunResult(
         id=run.id,

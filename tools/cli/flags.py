@@ -38,9 +38,10 @@ EMIT_KINDS = (  # tools/export/emit.py's KINDS
 # The memory recipe's knobs (solver/schema.py TrainingSpec): flag -> (choices, help)
 RECIPE_FLAGS = {
     "loss_kernel": (
-        ("EAGER_FP32", "INPLACE_FP32", "FUSED_BF16", "CHUNKED"),
-        "how the loss holds the logits: EAGER_FP32 (12 bytes per logit element), INPLACE_FP32 "
-        "(6), FUSED_BF16 (4) or CHUNKED (no whole logits)",
+        ("EAGER_FP32", "COPY_FP32", "INPLACE_FP32", "FUSED_BF16", "COMPILED", "CHUNKED"),
+        "how the loss holds the logits: EAGER_FP32 (12 bytes per logit element), COPY_FP32 (8), "
+        "INPLACE_FP32 (6), FUSED_BF16 (4), COMPILED (4: torch.compile'd) or CHUNKED (no whole "
+        "logits)",
     ),
     "grad_dtype": (("FP32", "BF16"), "data type of the main gradients (4 or 2 bytes/parameter)"),
     "master_dtype": (
@@ -56,7 +57,13 @@ RECIPE_FLAGS = {
         "which tensors each layer keeps for its backward, in that framework's code",
     ),
     "fp8_activations": (("true", "false"), "FP8 training stores linear inputs in FP8 (1 byte)"),
+    "hybrid_shard": (
+        ("true", "false"),
+        "shard ZeRO state inside a node and replicate it across nodes (FSDP1 HYBRID_SHARD, "
+        "FSDP2 HSDP)",
+    ),
 }
+BOOL_RECIPE_FLAGS = ("fp8_activations", "hybrid_shard")  # "true" / "false" on the command line
 
 PIN_WORDS = {  # flag -> (what it is, unit)
     "tp": ("tensor-parallel degree", "GPUs"),

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from meshplan.tools.cli.flags import PINS, RECIPE_FLAGS
+from meshplan.tools.cli.flags import BOOL_RECIPE_FLAGS, PINS, RECIPE_FLAGS
 from meshplan.tools.cli.messages import shorten
 
 
@@ -103,7 +103,8 @@ def request_from_flags(a: argparse.Namespace, evaluate: bool) -> dict[str, Any]:
         training["framework"] = a.framework
     for k in RECIPE_FLAGS:  # the memory recipe's knobs
         if getattr(a, k, None) is not None:
-            training[k] = a.fp8_activations == "true" if k == "fp8_activations" else getattr(a, k)
+            v = getattr(a, k)
+            training[k] = v == "true" if k in BOOL_RECIPE_FLAGS else v
     if training:
         _section(req, "training").update(training)
         origins |= {f"training.{k}": _flag(k) for k in training}

@@ -96,7 +96,7 @@ def _plan(a: argparse.Namespace, stop: threading.Event) -> Answer:
             from meshplan.tools.export.emit import emit
 
             batch = res.performance.global_batch_tokens
-            out.stdout = emit(kind, res.config, req.model, req.training, batch)
+            out.stdout = emit(kind, res.config, req.model, req.training, batch, req.cluster)
     else:
         out.stdout = res.model_dump_json(indent=2) if a.json else render_plan(req, res, label)
     if a.plot:

@@ -13,7 +13,7 @@ framework). Names and values are those of the frameworks at the commits solver/p
 cites. The overlaps the plan was timed with (the profile's defaults and the request's switches)
 are switched on in the framework's own flags (tools/export/overlaps.py).
 
-    emit(kind, config, model, training, global_batch_tokens) -> str
+    emit(kind, config, model, training, global_batch_tokens, cluster=None) -> str
     kind: one of KINDS, or None for the export of training.framework's profile (GENERIC exports
     Megatron-LM arguments).
 """
@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from meshplan.solver.arch import Arch, resolve_model
 from meshplan.solver.costmodel import Point
+from meshplan.solver.hardware import resolve_cluster
 from meshplan.solver.profiles import PROFILES, Profile, profile_of
 from meshplan.solver.rules import launcher_violations, model_limits
-from meshplan.solver.schema import Framework, ModelSpec, ParallelConfig, TrainingSpec
+from meshplan.solver.schema import ClusterSpec, Framework, ModelSpec, ParallelConfig, TrainingSpec
 from meshplan.tools.export import formats as fmt
 from meshplan.tools.export import llm_foundry, nanotron, overlaps, torchtitan
 from meshplan.tools.export import toml_formats as export_toml
@@ -39,6 +40,7 @@ KINDS: tuple[str, ...] = (
     "llm_foundry",
     "nanotron",
 )
+HSDP_KINDS = ("torchtitan", "torchtitan-toml", "kempnerforge")  # dp_shard x dp_replicate
 FRAMEWORK_OF: dict[str, Framework] = {
     "megatron": Framework.MEGATRON,
     "torchtitan": Framework.TORCHTITAN,
@@ -56,10 +58,13 @@ def emit(
     model: ModelSpec,
     training: TrainingSpec,
     global_batch_tokens: int,
+    cluster: ClusterSpec | None = None,
 ) -> str:
     """The plan `config` as a `kind` snippet (None: the request's framework's). ValueError on an
     unknown kind, a global batch other than dp * micro_batch_size * num_microbatches * seq_len,
-    or a plan (or model) the framework cannot express."""
+    or a plan (or model) the framework cannot express. `cluster`'s node size places the shard
+    groups of `training.hybrid_shard` (torchtitan's and KempnerForge's dp_shard x
+    dp_replicate; needed there)."""
     if kind is None:
         kind = profile_of(training.framework).export
     if kind not in FRAMEWORK_OF:
@@ -75,12 +80,23 @@ def emit(
     prof = PROFILES[FRAMEWORK_OF[kind]]
     A = resolve_model(model)
     _check(kind, prof, Point.from_config(c), A, training)
+    if kind in HSDP_KINDS:
+        if training.hybrid_shard and cluster is None:
+            raise ValueError(
+                f"{kind}: training.hybrid_shard needs the cluster (its GPUs per node) to place "
+                "the shard groups"
+            )
+        gpn = resolve_cluster(cluster).gpn if cluster is not None else 1
+        hsdp = fmt.hsdp_degrees(c, training.hybrid_shard, gpn)
+        render = {
+            "torchtitan": torchtitan.render,
+            "torchtitan-toml": export_toml.torchtitan,
+            "kempnerforge": export_toml.kempnerforge,
+        }[kind]
+        return render(c, A, training, seqs, prof, hsdp)
     render = {
         "megatron": fmt.megatron,
-        "torchtitan": torchtitan.render,
-        "torchtitan-toml": export_toml.torchtitan,
         "deepspeed": fmt.deepspeed,
-        "kempnerforge": export_toml.kempnerforge,
         "llm_foundry": llm_foundry.llm_foundry,
         "nanotron": nanotron.nanotron,
     }[kind]
@@ -100,6 +116,11 @@ def shape_limits(kind: str, A: Arch) -> list[str]:
 
 def _check(kind: str, prof: Profile, p: Point, A: Arch, training: TrainingSpec) -> None:
     bad = launcher_violations(p, A, training, prof) + shape_limits(kind, A)
+    if training.hybrid_shard and kind not in (*HSDP_KINDS, "llm_foundry"):
+        bad.append(
+            f"training.hybrid_shard: {kind} has no sharding inside a node with replicas across "
+            "nodes (FSDP1 HYBRID_SHARD, FSDP2 HSDP)"
+        )
     if kind == "megatron":
         bad += overlaps.megatron_conflicts(p.config(), A, training)
     if bad:

@@ -5,6 +5,7 @@ and values as the frameworks define them at the commits solver/profiles/ cites).
 from __future__ import annotations
 
 import json
+import math
 import shlex
 
 from meshplan.solver.arch import Arch
@@ -22,6 +23,18 @@ def summary(c: ParallelConfig, t: TrainingSpec, seqs: int, prof: Profile) -> str
         f"({prof.zero_names.get(c.zero_stage, c.zero_stage)}); recompute {c.recompute.value}; "
         f"{t.precision.value}; global batch {seqs} sequences x {t.seq_len} tokens"
     )
+
+
+def hsdp_degrees(c: ParallelConfig, hybrid: bool, gpus_per_node: int) -> tuple[int, int]:
+    """(data-parallel shard degree, replicate degree) of a plan: the data-parallel ranks that
+    share a node shard, the nodes replicate (the shard group of solver/costmodel/memory.py
+    shard_group, gcd(dp·cp, GPUs per node / tp), over cp); without hybrid sharding all dp ranks
+    shard."""
+    if not hybrid:
+        return c.dp, 1
+    group = math.gcd(c.dp * c.cp, max(1, gpus_per_node // c.tp))
+    shard = group // c.cp if group % c.cp == 0 else 1
+    return shard, c.dp // shard
 
 
 def chunk_sizes(L: int, chunks: int) -> list[int]:

@@ -20,6 +20,19 @@ from meshplan.tools.export.attention import rotary
 from meshplan.tools.export.yaml_text import yaml_text
 
 SHARDING = {0: "NO_SHARD", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD"}
+# training.hybrid_shard: FSDP1 shards inside the node, replicas across nodes (pytorch
+# torch/distributed/fsdp/api.py ShardingStrategy HYBRID_SHARD, _HYBRID_SHARD_ZERO2)
+HYBRID = {2: "_HYBRID_SHARD_ZERO2", 3: "HYBRID_SHARD"}
+
+
+def sharding(c: ParallelConfig, t: TrainingSpec) -> str:
+    """fsdp_config.sharding_strategy for the plan's ZeRO stage (NO_SHARD has nothing to shard
+    inside a node)."""
+    if t.hybrid_shard and c.zero_stage in HYBRID:
+        return HYBRID[c.zero_stage]
+    return SHARDING[c.zero_stage]
+
+
 # model.loss_fn (llmfoundry/models/mpt/modeling_mpt.py ComposerMPTCausalLM)
 LOSS_FN = {LossKernel.FUSED_BF16: "fused_crossentropy", LossKernel.EAGER_FP32: "torch_crossentropy"}
 
@@ -116,7 +129,7 @@ def llm_foundry(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Pr
         "device_eval_batch_size": c.micro_batch_size,
         "precision": "amp_fp8" if t.precision is Precision.FP8 else "amp_bf16",
         "fsdp_config": {
-            "sharding_strategy": SHARDING[c.zero_stage],
+            "sharding_strategy": sharding(c, t),
             "mixed_precision": "PURE",
             "activation_checkpointing": c.recompute is Recompute.FULL,
             "activation_checkpointing_reentrant": False,
@@ -125,7 +138,7 @@ def llm_foundry(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Pr
         },
     }
     header = [
-        f"meshplan plan: dp={c.dp} (FSDP1 {SHARDING[c.zero_stage]}); micro_batch_size="
+        f"meshplan plan: dp={c.dp} (FSDP1 {sharding(c, t)}); micro_batch_size="
         f"{c.micro_batch_size} x {c.num_microbatches} micro-batches; recompute "
         f"{c.recompute.value}; {t.precision.value}; global batch {seqs} sequences x "
         f"{t.seq_len} tokens",

@@ -31,7 +31,15 @@ def torchtitan_limits_toml(A: Arch) -> list[str]:
     return [x.replace("torchtitan 0.3.0", "torchtitan") for x in torchtitan_limits(A)]
 
 
-def torchtitan(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profile) -> str:
+def torchtitan(
+    c: ParallelConfig,
+    A: Arch,
+    t: TrainingSpec,
+    seqs: int,
+    prof: Profile,
+    hsdp: tuple[int, int] | None = None,
+) -> str:
+    shard, replicate = hsdp or (c.dp, 1)  # data-parallel (shard, replicate) degrees: HSDP
     header = [
         summary(c, t, seqs, prof),
         "torchtitan job config (TOML) for torchtitan up to 0.2.2 (pytorch/torchtitan @ e347b1e); "
@@ -47,8 +55,8 @@ def torchtitan(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Pro
     if t.precision is Precision.FP8:
         model["converters"] = ["quantize.linear.float8"]
     par: dict[str, object] = {
-        "data_parallel_replicate_degree": 1,
-        "data_parallel_shard_degree": c.dp,  # FSDP2 (ZeRO-3; under pipelining: ZeRO-1)
+        "data_parallel_replicate_degree": replicate,  # HSDP: replicas across nodes
+        "data_parallel_shard_degree": shard,  # FSDP2 (ZeRO-3; under pipelining: ZeRO-1)
         # FSDP2's own policy: reshard after forward without PP, keep the weights gathered with it
         "fsdp_reshard_after_forward": "default",
         "tensor_parallel_degree": c.tp,  # sequence parallel whenever tp > 1
@@ -83,7 +91,14 @@ def torchtitan(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Pro
 # --- KempnerForge -----------------------------------------------------------------------------
 
 
-def kempnerforge(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profile) -> str:
+def kempnerforge(
+    c: ParallelConfig,
+    A: Arch,
+    t: TrainingSpec,
+    seqs: int,
+    prof: Profile,
+    hsdp: tuple[int, int] | None = None,
+) -> str:
     model: dict[str, object] = {
         "dim": A.h,
         "n_layers": A.L,
@@ -108,7 +123,7 @@ def kempnerforge(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: P
             "moe_frequency": 1,
             "moe_expert_ffn_multiplier": A.fe / A.f,
         }
-    shard, replicate = (1, c.dp) if c.zero_stage == 0 and c.dp > 1 else (c.dp, 1)
+    shard, replicate = (1, c.dp) if c.zero_stage == 0 and c.dp > 1 else (hsdp or (c.dp, 1))
     ac = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}
     sections: dict[str, dict[str, object]] = {
         "model": model,

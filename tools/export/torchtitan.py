@@ -70,16 +70,25 @@ def _kwargs(pairs: dict[str, object], indent: str) -> str:
     return "".join(f"{indent}{k}={v!r},\n" for k, v in pairs.items())
 
 
-def render(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profile) -> str:
-    """The plan as a torchtitan 0.3.0 configuration module (Python)."""
+def render(
+    c: ParallelConfig,
+    A: Arch,
+    t: TrainingSpec,
+    seqs: int,
+    prof: Profile,
+    hsdp: tuple[int, int] | None = None,
+) -> str:
+    """The plan as a torchtitan 0.3.0 configuration module (Python); `hsdp`: the (shard,
+    replicate) data-parallel degrees (default: all dp ranks shard)."""
+    shard, replicate = hsdp or (c.dp, 1)
     found = baseline_of(A)
     if found is None:  # emit.py refuses first (limits); here for a direct call
         raise ValueError("; ".join(limits(A)))
     name, base = found
     overlap_par, overlap_other, notes = overlaps.torchtitan(c, A, t)
     par: dict[str, object] = {
-        "data_parallel_replicate_degree": 1,
-        "data_parallel_shard_degree": c.dp,  # FSDP2 (ZeRO-3; under pipelining: ZeRO-1)
+        "data_parallel_replicate_degree": replicate,  # HSDP: replicas across nodes
+        "data_parallel_shard_degree": shard,  # FSDP2 (ZeRO-3; under pipelining: ZeRO-1)
         "fsdp_reshard_after_forward": "default",  # reshard without PP, keep gathered with it
         "tensor_parallel_degree": c.tp,
         "enable_sequence_parallel": True,  # the profile's: tp always shards the sequence
