@@ -70,7 +70,12 @@ MAX_SPACES = 64
 SPACE_LAYOUT_BYTES = 2048
 SPACE_BASE_BYTES = 64 * 2**10
 MAX_SPACE_BYTES = 192 * 2**20
-GRID_LAYOUT_BYTES = 1024  # a grid's layouts and the lists derived from them (an upper bound)
+# A grid's layouts and the lists derived from them, and its base (upper bounds: the grids of
+# the distinct mix's first 400 requests, 314 of 40,880 layouts, held 15.4 MB, 396 bytes a layout
+# with the base; these weigh them 22 MB). With the whole mix's ~600 grids within MAX_GRID_BYTES,
+# the four GPU types of each (model, sequence, count) read one grid.
+GRID_LAYOUT_BYTES = 512
+GRID_BASE_BYTES = 4 * 2**10
 MAX_GRID_BYTES = 64 * 2**20
 MAX_FIT_KEYS = 1024  # each ~3.5 KiB at most (two JSON keys, up to ~60 counts): ~3.5 MiB
 # Training fields that do not change the cost model's terms (they shape the search space).
@@ -83,7 +88,7 @@ def _space_bytes(space: object) -> int:
 
 
 def _grid_bytes(grid: object) -> int:
-    return SPACE_BASE_BYTES + GRID_LAYOUT_BYTES * len(getattr(grid, "layouts", ()))
+    return GRID_BASE_BYTES + GRID_LAYOUT_BYTES * len(getattr(grid, "layouts", ()))
 
 
 _lock = threading.Lock()
