@@ -205,7 +205,7 @@ def cost_model(A: Arch, H: Hardware, training: TrainingSpec, search: SearchSpec)
     def build() -> CostModel:
         g = grouped(A, H, training, search, constants, rest)
         cm = CostModel(A, H, training, search, constants, grouped=g)
-        cm.cache_key = key
+        cm.cache_key = Key(*key)  # hashed once: every key of its rows and tables starts with it
         return cm
 
     return _built_once(_models, key, build)
