@@ -14,6 +14,11 @@ for the first plan of each instance and for its repeats, which find the space's 
 
     python -m benchmarks latency [--quick] [--time-limit S] [--oracle-cap S] [--repeats N]
                                  [--no-oracle]
+    python -m benchmarks latency --distinct [N] [--time-limit S]
+
+`--distinct [N]` plans the distinct mix instead (benchmarks/distinct.py: the first N of its
+2,400 requests that do not repeat, default all, in-process) and prints its percentiles against
+the same targets and its slowest shapes.
 """
 
 from __future__ import annotations
@@ -326,8 +331,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=1, metavar="N", help="timed runs per instance")
     p.add_argument("--no-oracle", action="store_true", help="skip the oracle (plan timings only)")
     p.add_argument("--progress", action="store_true", help="one line per instance on stderr")
+    p.add_argument(
+        "--distinct",
+        type=int,
+        nargs="?",
+        const=0,
+        default=None,
+        metavar="N",
+        help="plan the distinct mix instead (its first N requests; default all 2,400)",
+    )
     a = p.parse_args(argv)
     limit = a.time_limit or DEFAULT_TIME_LIMIT_S
+    if a.distinct is not None:
+        return _distinct(a.distinct or None, limit, a.progress, a.json)
     cap = a.oracle_cap or (QUICK_ORACLE_CAP_S if a.quick else DEFAULT_ORACLE_CAP_S)
     n = len(latency_suite(a.quick))
     print(
@@ -344,4 +360,17 @@ def main(argv: list[str] | None = None) -> int:
     rep = run(a.quick, limit, cap, a.repeats, progress=a.progress, with_oracle=not a.no_oracle)
     print(render(rep))
     write_json(a.json, {"benchmark": "latency", "report": asdict(rep)})
+    return 0
+
+
+def _distinct(n: int | None, limit: float, progress: bool, json_path: str | None) -> int:
+    """`--distinct`: the distinct mix's percentiles and slowest shapes (benchmarks/distinct.py)."""
+    from benchmarks import distinct
+    from benchmarks.suite import DISTINCT_SEED
+
+    size = n if n is not None else "all"
+    print(header("latency --distinct", requests=size, seed=DISTINCT_SEED, time_limit_s=limit))
+    rep = distinct.run(n, limit, progress)
+    print(distinct.render(rep))
+    write_json(json_path, {"benchmark": "latency-distinct", "report": asdict(rep)})
     return 0

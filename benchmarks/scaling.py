@@ -11,7 +11,7 @@ Each row: the in-process plan time, the status (OPTIMAL: proven), the CP-SAT mod
 of complete configurations the model chooses among (layouts x (pp, v) x (dp, b, M) x (tp, ep) x
 recomputation x ZeRO stage, counted, not enumerated).
 
-    python -m benchmarks scaling [--quick] [--time-limit S]
+    python -m benchmarks scaling [--quick] [--time-limit S] [--distinct N]
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ class Report:
     time_limit_s: float
     quick: bool
     source_warning: str = ""  # set when solver/ changed during the run
+    distinct: Any = None  # benchmarks.distinct.Report, or None when skipped
 
 
 def space_points(req: Any) -> tuple[int, int]:
@@ -131,8 +132,17 @@ def _pins(config: Any, free: tuple[str, ...], moe: bool) -> dict[str, Any]:
     return pins
 
 
-def run(quick: bool = False, time_limit_s: float | None = None, progress: bool = False) -> Report:
-    """Both sweeps; see the module docstring."""
+QUICK_DISTINCT = 24  # --quick: requests of the distinct mix
+
+
+def run(
+    quick: bool = False,
+    time_limit_s: float | None = None,
+    progress: bool = False,
+    distinct_n: int | None = None,
+) -> Report:
+    """The three parts; see the module docstring. `distinct_n`: requests of the distinct mix
+    (None: all, or QUICK_DISTINCT with `quick`; 0: skipped)."""
     from meshplan.solver import plan
     from meshplan.solver.catalog import get_model
 
@@ -169,7 +179,14 @@ def run(quick: bool = False, time_limit_s: float | None = None, progress: bool =
         pt, _ = measure(label, inst, ",".join(free) or "-", limit)
         by_space.append(pt)
         log(pt)
-    return Report(model, by_gpus, by_space, space_gpus, limit, quick, watch.warning())
+    rep = Report(model, by_gpus, by_space, space_gpus, limit, quick, watch.warning())
+    n = QUICK_DISTINCT if quick and distinct_n is None else distinct_n
+    if n != 0:
+        from benchmarks import distinct
+
+        rep.distinct = distinct.run(n, limit, progress)
+        rep.source_warning = watch.warning()
+    return rep
 
 
 def _rows(points: list[Point], first: str) -> list[list[str]]:
@@ -198,6 +215,16 @@ def render(rep: Report) -> str:
         table(["free axes", *cols], _rows(rep.by_space, "label")),
         "",
     ]
+    if rep.distinct is not None:
+        from benchmarks import distinct
+
+        d = rep.distinct
+        out += [
+            f"the distinct mix ({len(d.shapes):,} requests, none twice), in-process: "
+            f"{d.all.line()}; its {len(d.slowest)} slowest shapes:",
+            distinct.slowest_table(d),
+            "",
+        ]
     if rep.source_warning:
         out.append(rep.source_warning)
     out.append(summary_line(rep))
@@ -209,22 +236,36 @@ def summary_line(rep: Report) -> str:
     worst = max(g, key=lambda p: p.seconds)
     st = Summary.of([p.seconds for p in g])
     proven = sum(p.status in ("OPTIMAL", "INFEASIBLE") for p in g + s)
+    mix = ""
+    if rep.distinct is not None and rep.distinct.slowest:
+        d = rep.distinct
+        mix = (
+            f"; distinct mix p50 {fmt_s(d.all.p50)} p99 {fmt_s(d.all.p99)}, slowest "
+            f"{d.slowest[0].name()} {fmt_s(d.slowest[0].seconds)}"
+        )
     return (
         f"summary: scaling of {rep.model}: {g[0].num_gpus:,} GPUs {fmt_s(g[0].seconds)} -> "
         f"{g[-1].num_gpus:,} GPUs {fmt_s(g[-1].seconds)} (p50 {fmt_s(st.p50)}, max "
         f"{fmt_s(worst.seconds)} at {worst.num_gpus:,}); search space {s[0].points:,} points "
         f"{fmt_s(s[0].seconds)} -> {s[-1].points:,} points {fmt_s(s[-1].seconds)}; "
-        f"{proven}/{len(g) + len(s)} proven within {fmt_s(rep.time_limit_s)}"
+        f"{proven}/{len(g) + len(s)} proven within {fmt_s(rep.time_limit_s)}" + mix
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = arg_parser("scaling", __doc__.split("\n\n")[0])
     p.add_argument("--progress", action="store_true", help="one line per plan on stderr")
+    p.add_argument(
+        "--distinct",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"requests of the distinct mix (default all; --quick {QUICK_DISTINCT}; 0 skips it)",
+    )
     a = p.parse_args(argv)
     limit = a.time_limit or DEFAULT_TIME_LIMIT_S
     print(header("scaling", quick=a.quick, time_limit_s=limit), flush=True)
-    rep = run(a.quick, limit, a.progress)
+    rep = run(a.quick, limit, a.progress, a.distinct)
     print(render(rep))
     write_json(a.json, {"benchmark": "scaling", "report": asdict(rep)})
     return 0

@@ -11,7 +11,7 @@ nothing else. So a sweep over batch sizes or pins, or a scheduler asking many va
 job on one cluster, builds them once.
 
 Bounds: `MAX_MODELS` cost models (each small: the one-row tables of at most
-`costmodel.model.ONE_ROW_CACHE` single layouts) and as many groupings of terms, and start
+`costmodel.model.ONE_ROW_CACHE` single layouts), `MAX_GROUPED` groupings of terms, and start
 tables over at most `MAX_ROWS` layout rows in all (each row holds a few hundred floats: about
 2 MiB per 1,000 rows, so at most ~130 MiB). The least recently used go first.
 
@@ -54,6 +54,12 @@ from meshplan.solver.schema import SearchSpec, TrainingSpec
 T = TypeVar("T")
 
 MAX_MODELS = 64
+# Groupings of terms: one per (model, GPU type, training fields), shared by every GPU count. The
+# distinct mix (benchmarks.suite.distinct_requests) holds 200 such families at 12 counts each,
+# shuffled: with 64 kept, 855 of its first 1,200 requests grouped their terms (and computed their
+# factors' fractions) afresh; with 256, 200, once per family. What a grouping holds is mostly
+# held as well by the spaces and rows that read it (dropping 194 of them freed 0.1 MB).
+MAX_GROUPED = 256
 MAX_ROWS = 65_536
 MAX_TABLE_BYTES = 128 * 2**20
 MAX_SPACES = 64
@@ -64,7 +70,12 @@ MAX_SPACES = 64
 SPACE_LAYOUT_BYTES = 2048
 SPACE_BASE_BYTES = 64 * 2**10
 MAX_SPACE_BYTES = 192 * 2**20
-GRID_LAYOUT_BYTES = 1024  # a grid's layouts and the lists derived from them (an upper bound)
+# A grid's layouts and the lists derived from them, and its base (upper bounds: the grids of
+# the distinct mix's first 400 requests, 314 of 40,880 layouts, held 15.4 MB, 396 bytes a layout
+# with the base; these weigh them 22 MB). With the whole mix's ~600 grids within MAX_GRID_BYTES,
+# the four GPU types of each (model, sequence, count) read one grid.
+GRID_LAYOUT_BYTES = 512
+GRID_BASE_BYTES = 4 * 2**10
 MAX_GRID_BYTES = 64 * 2**20
 MAX_FIT_KEYS = 1024  # each ~3.5 KiB at most (two JSON keys, up to ~60 counts): ~3.5 MiB
 # Training fields that do not change the cost model's terms (they shape the search space).
@@ -77,13 +88,13 @@ def _space_bytes(space: object) -> int:
 
 
 def _grid_bytes(grid: object) -> int:
-    return SPACE_BASE_BYTES + GRID_LAYOUT_BYTES * len(getattr(grid, "layouts", ()))
+    return GRID_BASE_BYTES + GRID_LAYOUT_BYTES * len(getattr(grid, "layouts", ()))
 
 
 _lock = threading.Lock()
 # cachetools' LRU caches (bounded in entries, or in bytes through getsizeof), under _lock
 _models: LRUCache[tuple, CostModel] = LRUCache(MAX_MODELS)
-_grouped: LRUCache[tuple, costmodel.Grouped] = LRUCache(MAX_MODELS)
+_grouped: LRUCache[tuple, costmodel.Grouped] = LRUCache(MAX_GROUPED)
 _rows: LRUCache[tuple, Rows] = LRUCache(MAX_ROWS, getsizeof=len)  # bounded in layout rows
 _tables: OrderedDict[tuple, Memo] = OrderedDict()  # bounded by `grew` (its memos grow in use)
 _spaces: LRUCache[tuple, object] = LRUCache(MAX_SPACE_BYTES, getsizeof=_space_bytes)
@@ -194,7 +205,7 @@ def cost_model(A: Arch, H: Hardware, training: TrainingSpec, search: SearchSpec)
     def build() -> CostModel:
         g = grouped(A, H, training, search, constants, rest)
         cm = CostModel(A, H, training, search, constants, grouped=g)
-        cm.cache_key = key
+        cm.cache_key = Key(*key)  # hashed once: every key of its rows and tables starts with it
         return cm
 
     return _built_once(_models, key, build)

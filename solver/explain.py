@@ -227,8 +227,8 @@ def explain(
     and deadline); a part cut short says so instead of running on. `known`: whether the request
     fits on k GPUs, by k, as far as known (read and filled by the search for the smallest
     cluster)."""
-    try:
-        text, need = reason(sp, check)
+    try:  # a pure function of the space: kept with it for a request that repeats it
+        text, need = sp.kept(("reason",), lambda: reason(sp, check))
     except Stopped:
         return Explanation(
             reason=(

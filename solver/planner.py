@@ -72,10 +72,16 @@ def _nparams(A: Arch) -> NumParameters:
 
 def _score(tables: Tables, p: Point) -> tuple:
     """Time and memory of a point of the space, read from the tables' rows (whose start tables
-    are computed already: a point's own one-row table would compute them again)."""
+    are computed already: a point's own one-row table would compute them again); a pure
+    function of the space and the point, kept with the space for a request that repeats it."""
     sp, i = tables.sp, tables.index[p.lay]
-    perf, mem = sp.cm.performance(p, tables.rows, i), sp.cm.memory_bill(p, tables.rows, i)
-    return perf, mem, wall(sp, p, perf, mem), warnings(sp, p, perf)
+
+    def score() -> tuple:
+        perf, mem = sp.cm.performance(p, tables.rows, i), sp.cm.memory_bill(p, tables.rows, i)
+        return perf, mem, wall(sp, p, perf, mem), tuple(warnings(sp, p, perf))
+
+    perf, mem, w, warns = sp.kept(("score", p), score)
+    return perf, mem, w, list(warns)
 
 
 def plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanResult:

@@ -8,10 +8,11 @@ expert group and ZeRO stage) are given by `Space.compatible`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from math import gcd
+from typing import TypeVar
 
 import numpy as np
 
@@ -35,6 +36,8 @@ from meshplan.solver.rules import (
 from meshplan.solver.schema import Precision, Recompute, SearchSpec, TrainingSpec
 
 __all__ = ["Batch", "Grid", "Space", "batch_of", "divisors", "fewer_gpu_counts", "violations"]
+T = TypeVar("T")
+_MISSING = object()
 
 
 def divisors(n: int) -> list[int]:
@@ -151,7 +154,8 @@ class Space:
     te: list[tuple[int, int, int]] = field(default_factory=list)  # (tp, ep, etp)
     rs: list[Recompute] = field(default_factory=list)
     zs: list[int] = field(default_factory=list)
-    # zero_values by (pp > 1, dp·cp > 1), and the least-memory expert group by (tp, cp, dp)
+    # zero_values by (pp > 1, dp·cp > 1), the least-memory expert group by (tp, cp, dp), and
+    # what `kept` keeps
     _zcache: dict = field(default_factory=dict, repr=False)
     # per dp, the smallest (micro-batch size, count) of `db_all` (Grid.least_db)
     _least_db: dict[int, tuple[int, int]] = field(default_factory=dict, repr=False)
@@ -180,6 +184,18 @@ class Space:
     def rows(self) -> Rows:
         """The layout rows as arrays, where the cost model's start tables are computed."""
         return cache.rows(self.cm, self.layouts)
+
+    @cached_property
+    def index(self) -> dict[Layout, int]:
+        """Each layout's position in `layouts` (kept with the space: a request that repeats it
+        reads the space from the cache, and hashes no layout again)."""
+        return {r: i for i, r in enumerate(self.layouts)}
+
+    @cached_property
+    def domains(self) -> cache.Key:
+        """The values of the axes besides the layout (pv, db, te, r, z), as tuples: what the
+        tables' memo is keyed by (`cache.tables_memo`), hashed once."""
+        return cache.Key(*(tuple(d) for d in (self.pv, self.db, self.te, self.rs, self.zs)))
 
     # -- per-axis domains ------------------------------------------------------------------
     def tp_values(self) -> list[int]:
@@ -432,9 +448,22 @@ class Space:
         rows (`rows`: the start tables its bounds read next), in `fit_order`: the first `first`
         layouts, then the rest. When none does, no point of the space fits: every row's coarse
         bound is infinite (the bounds find the same and more)."""
-        R = self.rows
-        order = np.lexsort((R.pp, -R.tp * R.cp)).tolist()  # stable, as sorted by fit_order
-        return self._fits_in(R, self.layouts, order, first)
+
+        def fits() -> bool:
+            R = self.rows
+            order = np.lexsort((R.pp, -R.tp * R.cp)).tolist()  # stable, as sorted by fit_order
+            return self._fits_in(R, self.layouts, order, first)
+
+        return self.kept(("fits", first), fits)
+
+    def kept(self, key: tuple, compute: Callable[[], T]) -> T:
+        """compute(), a pure function of the space, computed once and kept with it (a request
+        that repeats the space reads it from the cache: `cache.space`). An exception (a stop)
+        keeps nothing."""
+        got = self._zcache.get(key, _MISSING)
+        if got is _MISSING:
+            got = self._zcache[key] = compute()
+        return got
 
     def _fits_in(self, rows: Rows, lays: Sequence[Layout], order: list[int], first: int) -> bool:
         """Whether the least-memory point of some lays[i], i in `order`, fits (`rows`: the rows

@@ -47,8 +47,7 @@ class Tables:
             "r": sp.rs,
             "z": sp.zs,
         }
-        doms = tuple(tuple(d) for d in self.domain.values())
-        memo = self.memo = cache.tables_memo(sp.cm, sp.layouts, doms)
+        memo = self.memo = cache.tables_memo(sp.cm, sp.layouts, sp.domains)
         if "pos" not in memo:
             self._classes(memo)
         self.pos, self.cls, self.members = memo["pos"], memo["cls"], memo["members"]
@@ -169,9 +168,10 @@ class Tables:
             self._sums = self.rows.memo[k]
         return self._sums
 
-    @cached_property
+    @property
     def index(self) -> dict[Layout, int]:
-        return {r: i for i, r in enumerate(self.sp.layouts)}
+        """Each layout's position in the space (`Space.index`)."""
+        return self.sp.index
 
     # -- start tables and factors -----------------------------------------------------------
     def starts(self, comp: Compiled, g: Group, keyval: object) -> np.ndarray:
