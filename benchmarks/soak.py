@@ -20,6 +20,11 @@ plaintext health port, tokens, JSON logs). Phases:
 4. SIGTERM with a query of 12,000 observations in flight: exit 0 within the grace period.
 
     python -m benchmarks soak [--quick] [--clients N] [--seconds S] [--fuzz N] [--curves N]
+        [--only load|fuzz] [--server-python PATH]
+
+`--only load` runs the load phase alone (the health and RSS targets: a minute, to compare two
+commits in alternating runs); `--server-python` runs the server with another interpreter (another
+checkout's .venv/bin/python: the server that checkout installs, measured by this benchmark).
 """
 
 from __future__ import annotations
@@ -78,11 +83,13 @@ def deployment_limit_mb() -> float:
 class Server:
     """`python -m meshplan.server` on a free loopback port with JSON logs in a file."""
 
-    def __init__(self, workdir: Path, tokens: list[str]) -> None:
+    def __init__(self, workdir: Path, tokens: list[str], python: str | None = None) -> None:
         (workdir / "tokens").write_text("\n".join(tokens) + "\n")
         self.log = workdir / "server.log"
-        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, "-m", "meshplan.server", "--host", LOOPBACK, "--port", "0"]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if python is None:  # this checkout's server; another interpreter brings its own
+            env["PYTHONPATH"] = str(ROOT)
+        cmd = [python or sys.executable, "-m", "meshplan.server", "--host", LOOPBACK, "--port", "0"]
         cmd += ["--auth-token-file", str(workdir / "tokens"), "--log-format", "json"]
         cmd += ["--health-port", "0"]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=self.log.open("w"))
@@ -132,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, help=f"load duration (default {FULL['seconds']:.0f})")
     p.add_argument("--fuzz", type=int, help=f"fuzzed calls (default {FULL['fuzz']:,})")
     p.add_argument("--curves", type=int, help=f"4,096-cell curves (default {FULL['curves']})")
+    p.add_argument("--only", choices=["load", "fuzz"], help="run this phase alone")
+    p.add_argument("--server-python", metavar="PATH", help="run the server with this interpreter")
     a = p.parse_args(argv)
     base = QUICK if a.quick else FULL
     clients, seconds, fuzz = (
@@ -145,10 +154,21 @@ def main(argv: list[str] | None = None) -> int:
         f"soak-client-{i:03d}-{os.urandom(6).hex()}" for i in range(max(clients, FUZZ_THREADS))
     ]
     with tempfile.TemporaryDirectory(prefix="meshplan-soak-") as tmp:
-        server = Server(Path(tmp), tokens)
+        server = Server(Path(tmp), tokens, a.server_python)
         try:
+            if a.only == "fuzz":
+                fz = fuzz_phase(server, tokens, fuzz)
+                print(table(["fuzz", "value"], _fuzz_rows(fz, residual_cpu(server, 2.0))))
+                write_json(a.json, {"report": {"fuzz": fz}})
+                return 0
+            before = os.getloadavg()
             load = load_phase(server, tokens, clients, seconds, idle_s=1.0 if a.quick else 6.0)
+            load["loadavg"] = [before, os.getloadavg()]  # the machine's, as `uptime` prints it
             print(f"load done: {load['codes']}", flush=True)
+            if a.only == "load":
+                print(table(["load", "value"], _load_rows(load, deployment_limit_mb())))
+                write_json(a.json, {"report": {"load": load}})
+                return 0
             fz = fuzz_phase(server, tokens, fuzz)
             idle = residual_cpu(server, base["idle_s"])
             print(f"fuzz done: {fz['codes']}; residual CPU {idle['share']:.2%}", flush=True)
@@ -180,23 +200,9 @@ def _print(r: dict[str, Any]) -> None:
     def codes(c: dict[str, int]) -> str:
         return ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
 
-    print(table(["load", "value"], [
-        ["clients x seconds", f"{load['clients']} x {load['seconds']:.1f} s"],
-        ["tenants' answers", codes(load["codes"])],
-        ["polite caller", f"{codes(polite)} ({polite_ok:.0%} OK)"],
-        ["made-up tokens", codes(load["made_up"])],
-        ["health Check, gRPC port", f"p50 {fmt_s(h['p50'])}  p99 {fmt_s(h['p99'])}  max {fmt_s(h['max'])}  (n={h['n']}, failed {load['health_failures']})"],
-        ["health Check, health port", f"p50 {fmt_s(hp['p50'])}  p99 {fmt_s(hp['p99'])}  max {fmt_s(hp['max'])}  (n={hp['n']}, failed {load['health_port_failures']})"],
-        ["tree RSS", f"{load['rss_before_mb']:.0f} MB -> peak {load['rss_peak_mb']:.0f} MB -> {load['rss_after_mb']:.0f} MB (limit {limit:.0f} MB)"],
-    ]))  # fmt: skip
+    print(table(["load", "value"], _load_rows(load, limit)))
     print()
-    print(table(["fuzz", "value"], [
-        ["calls", f"{fz['calls']:,} in {fz['seconds']:.1f} s ({codes(fz['kinds'])})"],
-        ["answers", codes(fz["codes"])],
-        ["INTERNAL", f"{fz['internal']} calls, {fz['internal_items']} batch items, {fz['internal_log_lines']} log lines"],
-        ["past deadline + 100 ms", f"{fz['late_count']} of {fz['logged']} logged calls"],
-        [f"tree CPU over the next {idle['seconds']:.0f} s", f"{idle['cpu_s']:.2f} s ({idle['share']:.2%})"],
-    ]))  # fmt: skip
+    print(table(["fuzz", "value"], _fuzz_rows(fz, idle)))
     print()
     print(table(["memory and SIGTERM", "value"], [
         ["78-byte Replan", f"{codes({k: v for k, v in mem['codes'].items() if k.startswith('replan')})} in {mem['replan_s']:.1f} s; tree peak {mem['replan_peak_mb']:.0f} MB"],
@@ -225,6 +231,37 @@ def _print(r: dict[str, Any]) -> None:
         f"SIGTERM exit within {GRACE_S:.0f} s {met(exited, exit_text)}",
     ]
     print("\nsummary: " + "; ".join(parts))
+
+
+def _codes(c: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
+
+
+def _load_rows(load: dict[str, Any], limit: float) -> list[list[str]]:
+    h, hp, polite = load["health"], load["health_port"], load["polite"]
+    polite_ok = polite.get("OK", 0) / max(sum(polite.values()), 1)
+    codes = _codes
+    return [
+        ["clients x seconds", f"{load['clients']} x {load['seconds']:.1f} s"],
+        ["tenants' answers", codes(load["codes"])],
+        ["polite caller", f"{codes(polite)} ({polite_ok:.0%} OK)"],
+        ["made-up tokens", codes(load["made_up"])],
+        ["health Check, gRPC port", f"p50 {fmt_s(h['p50'])}  p99 {fmt_s(h['p99'])}  max {fmt_s(h['max'])}  (n={h['n']}, failed {load['health_failures']})"],
+        ["health Check, health port", f"p50 {fmt_s(hp['p50'])}  p99 {fmt_s(hp['p99'])}  max {fmt_s(hp['max'])}  (n={hp['n']}, failed {load['health_port_failures']})"],
+        ["tree RSS", f"{load['rss_before_mb']:.0f} MB -> peak {load['rss_peak_mb']:.0f} MB -> {load['rss_after_mb']:.0f} MB (limit {limit:.0f} MB)"],
+        ["machine load average (1, 5, 15 min)", " -> ".join(", ".join(f"{x:.1f}" for x in avg) for avg in load.get("loadavg", []))],
+    ]  # fmt: skip
+
+
+def _fuzz_rows(fz: dict[str, Any], idle: dict[str, Any]) -> list[list[str]]:
+    codes = _codes
+    return [
+        ["calls", f"{fz['calls']:,} in {fz['seconds']:.1f} s ({codes(fz['kinds'])})"],
+        ["answers", codes(fz["codes"])],
+        ["INTERNAL", f"{fz['internal']} calls, {fz['internal_items']} batch items, {fz['internal_log_lines']} log lines"],
+        ["past deadline + 100 ms", f"{fz['late_count']} of {fz['logged']} logged calls"],
+        [f"tree CPU over the next {idle['seconds']:.0f} s", f"{idle['cpu_s']:.2f} s ({idle['share']:.2%})"],
+    ]  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""The solver worker process's side of server/pool.py: warm up, say ready, then run one call at a
+"""The solver worker process's side of server/pool.py and server/courier.py: warm up, say ready, then run one call at a
 time from the pipe, answer it, settle the heap (server/memory.py) and wait for the next. A
-second pipe carries the server's stops (set the running call's event) and recalls (a call
-queued behind the running one is answered `None` instead of being run)."""
+second pipe carries the server's stops (set the running call's event), recalls (a call queued
+behind the running one is answered `None` instead of being run) and pings (answered at once)."""
 
 from __future__ import annotations
 
@@ -38,10 +38,13 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
     stopped: set[int] = set()  # calls told to stop (the running one, or one queued behind it)
     recalled: set[int] = set()  # queued calls asked back before they start
 
-    def listen() -> None:  # stops and recalls from the server
+    def listen() -> None:  # stops and recalls from the server, and its pings
         while True:
             try:
                 kind, seq = ctrl.recv()
+                if kind == "ping":  # the server's heartbeat (server/courier.py): still here
+                    ctrl.send(("pong", seq))
+                    continue
             except (EOFError, OSError):
                 return
             with lock:
