@@ -180,13 +180,12 @@ class PlannerServer:
         return self._stopped
 
     def reload(self) -> None:
-        """Read the certificates (at the next handshake) and the token file again."""
+        """Read the certificates (at the next handshake, on both ports) and the token file
+        again."""
         if self.certificates is not None:
             self.certificates.reload()
         if self.tokens is not None:
             self.tokens.reload()
-        if self.http is not None:
-            self.http.reload()
 
     # --- on the event loop ------------------------------------------------------------------
 
@@ -233,7 +232,7 @@ class PlannerServer:
         if s.http_port is not None:  # the same servicers, as JSON over HTTP, and the page
             from meshplan.server.http.site import HttpSite
 
-            self.http = HttpSite(s, self.runtime, servicers, self.tokens)
+            self.http = HttpSite(s, self.runtime, servicers, self.tokens, self.certificates)
             self.http_port = self.http.bind()
         return port
 

@@ -36,14 +36,14 @@ class Metrics:
         r = self.registry
         self.calls = Counter(
             "meshplan_calls",
-            "Calls finished, by method and gRPC status code.",
-            ["method", "code"],
+            "Calls finished, by method, gRPC status code and transport (grpc, http).",
+            ["method", "code", "transport"],
             registry=r,
         )
         self.call_seconds = Histogram(
             "meshplan_call_duration_seconds",
-            "Wall time of a call, from arrival to answer, by method.",
-            ["method"],
+            "Wall time of a call, from arrival to answer, by method and transport.",
+            ["method", "transport"],
             buckets=_BUCKETS,
             registry=r,
         )
@@ -63,8 +63,9 @@ class Metrics:
         )
         self.rejected = Counter(
             "meshplan_rejected_calls",
-            "Calls refused with RESOURCE_EXHAUSTED (overload or a per-caller limit), by method.",
-            ["method"],
+            "Calls refused with RESOURCE_EXHAUSTED (overload or a per-caller limit), by method "
+            "and transport.",
+            ["method", "transport"],
             registry=r,
         )
         self.solves_in_flight = Gauge(

@@ -5,6 +5,7 @@ answers, long before the call's deadline."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -58,10 +59,8 @@ def test_a_stopped_idle_worker_is_replaced_and_the_call_runs_again(
     try:
         answered_by, took = asyncio.run(go())
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
     assert answered_by != pid  # the replacement ran it: the stopped worker was killed
     # found within a heartbeat and a ping's wait, then a worker spawned (no warm-up): not 60 s
     assert took < 20, took
@@ -88,10 +87,8 @@ def test_a_call_sent_to_a_stopped_worker_is_recalled_not_lost(runner: ProcessRun
     try:
         err, took = asyncio.run(go())
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
     assert isinstance(err, Recalled), err
     assert took < HEARTBEAT_S + ANSWER_S + 2.0, took
 
