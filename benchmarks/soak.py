@@ -68,6 +68,7 @@ OBSERVATIONS = 12_000  # of the query in flight at SIGTERM
 GRACE_S = 30.0  # the server's default grace period (Settings.grace_period_s)
 _SERVING = re.compile(r"on [^ ]+:(\d+) \(")
 _HEALTH = re.compile(r"in plaintext, on :(\d+)")
+_METRICS = re.compile(r"metrics on :(\d+)")
 
 
 def deployment_limit_mb() -> float:
@@ -91,7 +92,7 @@ class Server:
             env["PYTHONPATH"] = str(ROOT)
         cmd = [python or sys.executable, "-m", "meshplan.server", "--host", LOOPBACK, "--port", "0"]
         cmd += ["--auth-token-file", str(workdir / "tokens"), "--log-format", "json"]
-        cmd += ["--health-port", "0"]
+        cmd += ["--health-port", "0", "--metrics-port", "0", "--metrics-host", LOOPBACK]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=self.log.open("w"))
         deadline = time.monotonic() + 120
         while (found := _SERVING.search(self.log.read_text())) is None:
@@ -101,6 +102,10 @@ class Server:
         self.target = f"{LOOPBACK}:{found.group(1)}"
         health = _HEALTH.search(self.log.read_text())
         self.health_target = f"{LOOPBACK}:{health.group(1)}" if health else self.target
+        found_metrics = _METRICS.search(self.log.read_text())
+        self.metrics_url = (
+            f"http://{LOOPBACK}:{found_metrics.group(1)}/metrics" if found_metrics else None
+        )
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -249,8 +254,26 @@ def _load_rows(load: dict[str, Any], limit: float) -> list[list[str]]:
         ["health Check, gRPC port", f"p50 {fmt_s(h['p50'])}  p99 {fmt_s(h['p99'])}  max {fmt_s(h['max'])}  (n={h['n']}, failed {load['health_failures']})"],
         ["health Check, health port", f"p50 {fmt_s(hp['p50'])}  p99 {fmt_s(hp['p99'])}  max {fmt_s(hp['max'])}  (n={hp['n']}, failed {load['health_port_failures']})"],
         ["tree RSS", f"{load['rss_before_mb']:.0f} MB -> peak {load['rss_peak_mb']:.0f} MB -> {load['rss_after_mb']:.0f} MB (limit {limit:.0f} MB)"],
+        ["health Check, no caller (the machine's floor)", _quiet_text(load)],
+        ["server's event-loop lag (every 0.1 s)", _lag_text(load.get("loop_lag"))],
         ["machine load average (1, 5, 15 min)", " -> ".join(", ".join(f"{x:.1f}" for x in avg) for avg in load.get("loadavg", []))],
     ]  # fmt: skip
+
+
+def _quiet_text(load: dict[str, Any]) -> str:
+    q, qp = load.get("health_quiet"), load.get("health_port_quiet")
+    if not q or not qp:
+        return "n/a"
+    return f"gRPC port p99 {fmt_s(q['p99'])}, health port p99 {fmt_s(qp['p99'])} (n={q['n']})"
+
+
+def _lag_text(lag: dict[str, Any] | None) -> str:
+    if not lag:
+        return "n/a (the server has no meshplan_event_loop_lag_seconds)"
+    return (
+        f"p50 <= {fmt_s(lag['p50'])}  p99 <= {fmt_s(lag['p99'])}  over 50 ms {lag['over_50ms']} "
+        f"of {lag['n']}"
+    )
 
 
 def _fuzz_rows(fz: dict[str, Any], idle: dict[str, Any]) -> list[list[str]]:

@@ -325,7 +325,14 @@ def fuzz_phase(server: Server, tokens: list[str], count: int) -> dict[str, Any]:
                     "kind": call.kind,
                 }
             )
-    internal_lines = sum(1 for line in server.lines() if line.get("status") == "INTERNAL")
+    internal = [line for line in server.lines() if line.get("status") == "INTERNAL"]
+    internal_lines = len(internal)
+    kind_of = {f"fz-{i}": call.kind for i, call in enumerate(calls)}
+    examples = [
+        {k: line.get(k) for k in ("method", "request_id", "item", "error")}
+        | {"kind": kind_of.get(line.get("request_id", ""))}
+        for line in internal[:10]
+    ]
     return {
         "calls": len(calls),
         "seconds": wall,
@@ -334,6 +341,7 @@ def fuzz_phase(server: Server, tokens: list[str], count: int) -> dict[str, Any]:
         "internal": sum(s == "INTERNAL" for s, _, _ in outcomes),
         "internal_items": sum(items for _, items, _ in outcomes),
         "internal_log_lines": internal_lines,
+        "internal_examples": examples,
         "logged": logged,
         "late": late[:20],
         "late_count": len(late),

@@ -6,6 +6,7 @@ conventions (https://prometheus.io/docs/practices/naming/): base units, `_total`
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,6 +25,17 @@ from prometheus_client.registry import Collector
 
 # Seconds: health checks and catalog calls (ms) up to long solves and batches (minutes).
 _BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
+_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+LAG_EVERY_S = 0.1  # the event loop's lag is sampled this often
+
+
+async def watch_loop_lag(metrics: Metrics, every_s: float = LAG_EVERY_S) -> None:
+    """Observe, until cancelled, how late a sleep of `every_s` on the running loop wakes."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + every_s
+        await asyncio.sleep(every_s)
+        metrics.loop_lag.observe(max(loop.time() - due, 0.0))
 
 
 class Metrics:
@@ -80,6 +92,13 @@ class Metrics:
         self.calls_waiting = Gauge(
             "meshplan_calls_waiting",
             "Planner calls waiting their turn for admission.",
+            registry=r,
+        )
+        self.loop_lag = Histogram(
+            "meshplan_event_loop_lag_seconds",
+            f"How late the event loop ran a callback due every {LAG_EVERY_S:g} s (seconds): what "
+            "a health check or an answer waits behind the loop's other work, the GIL or the CPU.",
+            buckets=_LAG_BUCKETS,
             registry=r,
         )
         self._children: dict[tuple[object, ...], Any] = {}

@@ -266,3 +266,25 @@ def test_a_refused_grpc_call_past_the_free_ones_is_answered_after_the_delay(
 
 
 _made_up = (("authorization", "Bearer made-up-token-0123456789"),)
+
+
+def test_the_event_loops_lag_is_observed_and_a_blocked_loop_shows() -> None:
+    import asyncio
+
+    from meshplan.server.metrics import Metrics, watch_loop_lag
+
+    metrics = Metrics()
+
+    async def go() -> None:
+        watcher = asyncio.create_task(watch_loop_lag(metrics, every_s=0.01))
+        await asyncio.sleep(0.05)
+        time.sleep(0.3)  # the loop blocked: the next wake-up is ~0.3 s late
+        await asyncio.sleep(0.05)
+        watcher.cancel()
+
+    asyncio.run(go())
+    registry = metrics.registry
+    count = registry.get_sample_value("meshplan_event_loop_lag_seconds_count")
+    fast = registry.get_sample_value("meshplan_event_loop_lag_seconds_bucket", {"le": "0.1"})
+    assert count is not None and fast is not None and count >= 5
+    assert count - fast == 1  # the one sample the blocked loop delayed
