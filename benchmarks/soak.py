@@ -269,10 +269,10 @@ def _quiet_text(load: dict[str, Any]) -> str:
 
 def _lag_text(lag: dict[str, Any] | None) -> str:
     if not lag:
-        return "n/a (the server has no meshplan_event_loop_lag_seconds)"
+        return "n/a (none, or the server does not measure it)"
     return (
-        f"p50 <= {fmt_s(lag['p50'])}  p99 <= {fmt_s(lag['p99'])}  over 50 ms {lag['over_50ms']} "
-        f"of {lag['n']}"
+        f"p50 <= {fmt_s(lag['p50'])}  p99 <= {fmt_s(lag['p99'])}  max <= {fmt_s(lag['max'])}  "
+        f"over 50 ms {lag['over_50ms']} of {lag['n']}"
     )
 
 
@@ -283,6 +283,9 @@ def _fuzz_rows(fz: dict[str, Any], idle: dict[str, Any]) -> list[list[str]]:
         ["answers", codes(fz["codes"])],
         ["INTERNAL", f"{fz['internal']} calls, {fz['internal_items']} batch items, {fz['internal_log_lines']} log lines"],
         ["past deadline + 100 ms", f"{fz['late_count']} of {fz['logged']} logged calls"],
+        ["solver processes replaced", str(len(fz.get("replaced", [])))],
+        ["server's event-loop lag", _lag_text(fz.get("loop_lag"))],
+        ["server's full collections (generation 2)", _lag_text(fz.get("full_gc"))],
         [f"tree CPU over the next {idle['seconds']:.0f} s", f"{idle['cpu_s']:.2f} s ({idle['share']:.2%})"],
     ]  # fmt: skip
 

@@ -128,8 +128,11 @@ def _health_prober(target: str, seconds: float, conn: Any) -> None:
 LAG = "meshplan_event_loop_lag_seconds"
 
 
-def lag_buckets(url: str | None) -> dict[float, float] | None:
-    """The server's event-loop lag histogram: cumulative count by bucket bound (None: none)."""
+def lag_buckets(
+    url: str | None, name: str = LAG, labels: dict[str, str] | None = None
+) -> dict[float, float] | None:
+    """A histogram of the server's metrics (the event loop's lag unless named): cumulative
+    count by bucket bound, of the series with `labels` (None: no such series yet)."""
     if url is None:
         return None
     import urllib.request
@@ -138,12 +141,15 @@ def lag_buckets(url: str | None) -> dict[float, float] | None:
 
     with urllib.request.urlopen(url, timeout=10) as page:
         text = page.read().decode()
+    out: dict[float, float] = {}
     for family in text_string_to_metric_families(text):
-        if family.name == LAG:
-            return {
-                float(s.labels["le"]): s.value for s in family.samples if s.name == LAG + "_bucket"
-            }
-    return None
+        if family.name != name:
+            continue
+        for sample in family.samples:
+            wanted = all(sample.labels.get(k) == v for k, v in (labels or {}).items())
+            if sample.name == name + "_bucket" and wanted:
+                out[float(sample.labels["le"])] = sample.value
+    return out or None
 
 
 def lag_between(
@@ -151,8 +157,9 @@ def lag_between(
 ) -> dict[str, Any] | None:
     """p50 / p99 (as the bucket bound that holds them) and the samples over 50 ms, between
     two readings of the histogram."""
-    if not before or not after:
+    if not after:
         return None
+    before = before or {}
     counts = {le: after[le] - before.get(le, 0.0) for le in sorted(after)}
     n = counts[math.inf]
     if n <= 0:
@@ -161,8 +168,15 @@ def lag_between(
     def quantile(q: float) -> float:
         return next(le for le, c in counts.items() if c >= q * n)
 
-    over = n - max(c for le, c in counts.items() if le <= 0.05)
-    return {"n": int(n), "p50": quantile(0.5), "p99": quantile(0.99), "over_50ms": int(over)}
+    over = n - max((c for le, c in counts.items() if le <= 0.05), default=0.0)
+    longest = next(le for le, c in counts.items() if c >= n)
+    return {
+        "n": int(n),
+        "p50": quantile(0.5),
+        "p99": quantile(0.99),
+        "over_50ms": int(over),
+        "max": longest,
+    }
 
 
 def load_phase(

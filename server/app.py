@@ -27,7 +27,12 @@ from meshplan.server.dispatch import SolveRunner, ThreadRunner
 from meshplan.server.handlers import served, service_handler
 from meshplan.server.health import BoundedReflection, Health
 from meshplan.server.memory import freeze_startup_heap, keep_freed_heap, trim_periodically
-from meshplan.server.metrics import Metrics, serve_metrics, watch_loop_lag
+from meshplan.server.metrics import (
+    Metrics,
+    serve_metrics,
+    watch_collections,
+    watch_loop_lag,
+)
 from meshplan.server.pool import ProcessRunner
 from meshplan.server.runtime import Runtime
 from meshplan.server.scheduler import SchedulerServicer
@@ -122,6 +127,7 @@ class PlannerServer:
         self.http_port: int | None = None
         self._trim: Any = None  # the periodic malloc_trim task, once started
         self._lag: Any = None  # the event loop's lag, sampled for the metrics, once started
+        self._unwatch_gc: Callable[[], None] | None = None  # collections timed, once started
         self._close_metrics: Callable[[], None] | None = None
         self._stopped = threading.Event()
         self._stopping = False
@@ -144,6 +150,7 @@ class PlannerServer:
         self._call(self.server.start())
         self._trim = asyncio.run_coroutine_threadsafe(trim_periodically(_TRIM_S), self.loop)
         self._lag = asyncio.run_coroutine_threadsafe(watch_loop_lag(self.metrics), self.loop)
+        self._unwatch_gc = watch_collections(self.metrics)
         if self.health_server is not None:
             self._call(self.health_server.start())
         if self.http is not None:
@@ -256,6 +263,8 @@ class PlannerServer:
             self._trim.cancel()
         if self._lag is not None:
             self._lag.cancel()
+        if self._unwatch_gc is not None:
+            self._unwatch_gc()
         self.health.drain()
         self.runtime.draining = True
         await self.server.stop(grace)

@@ -1,14 +1,11 @@
 """One solver worker process of server/pool.py: its pipes, its call, and the "courier" thread
-that spawns it, replaces it when it ends, and checks that it still answers.
+that spawns it, replaces it when it ends, and checks that it still answers (server/heartbeat.py).
 
 The event loop of a call sends it down the worker's pipe and reads the answer itself when the
 pipe becomes readable (`loop.add_reader`). The call's stop is forwarded over a second, duplex
-pipe (`ctrl`), where a small thread in the worker sets the event fn polls; the same thread
-answers the courier's pings. The courier thread pings its worker every `heartbeat_s` (off the
-event loop, between its other orders); a worker that has not answered within `answer_s`
-(SIGSTOPped, or starved) is killed, logged and replaced, and a call it held is started again on
-a free worker (`Recalled`) rather than waiting for its deadline; a worker found dead while idle
-is logged and replaced before a call is sent to it. The worker's side is server/worker.py.
+pipe (`ctrl`), where a small thread in the worker sets the event fn polls; the same pipe carries
+the heartbeat's pings and the worker's word of which call it took. The worker's side is
+server/worker.py.
 """
 
 from __future__ import annotations
@@ -19,11 +16,11 @@ import logging
 import multiprocessing
 import queue
 import threading
-import time
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from meshplan.server.dispatch import StopEvent
+from meshplan.server.heartbeat import heartbeat
 from meshplan.server.tasks import (
     Recalled,
     Task,
@@ -60,6 +57,7 @@ class Courier:
         self.ctrl_lock = threading.Lock()
         self.seq = 0
         self.pings = 0
+        self.taken = 0  # the last call the worker said it took off its pipe (read when pinged)
         self.unresponsive = False  # killed for not answering a ping: its call starts again
         self.current: Task | None = None  # the call being sent or solved (runner._lock)
         self.standby: Task | None = None  # a call queued behind it in the pipe (runner._lock)
@@ -256,7 +254,7 @@ class Courier:
             try:
                 order = self.orders.get(timeout=self.runner.heartbeat_s)
             except queue.Empty:
-                order = SPAWN if self._heartbeat() else None
+                order = SPAWN if heartbeat(self) else None
                 if order is None:
                     continue
             if order == END:
@@ -292,65 +290,6 @@ class Courier:
             else:
                 self.runner._free(self)
         self._end()
-
-    def _heartbeat(self) -> bool:
-        """Ping the worker; True if it must be replaced now (it was idle: no call is lost).
-        A worker that does not answer within answer_s is killed and logged; if it held a call,
-        the call's loop sees the pipe close and the call starts again elsewhere."""
-        proc = self.proc
-        if proc is None or not self.ready.is_set() or self.runner._closed:
-            return False
-        with self.runner._lock:
-            idle = self in self.runner._idle
-            if idle:  # taken out of the idle list: no call is sent to it while it is pinged
-                self.runner._idle.remove(self)
-            elif self.current is None:
-                return False  # being handed a call: the next beat checks it
-        if not proc.is_alive():
-            if not idle:
-                return False  # the call's loop reads the closed pipe and replaces it
-            log.warning(
-                "solver process %d (pid %s) ended while idle (%s); replacing it",
-                self.index,
-                proc.pid,
-                how_it_ended(proc.exitcode),
-            )
-            self.ready.clear()
-            return True
-        if self._ping():
-            if idle:
-                self.runner._free(self)
-            return False
-        log.warning(
-            "solver process %d (pid %s) did not answer within %g s (stopped or starved); "
-            "killing and replacing it%s",
-            self.index,
-            proc.pid,
-            self.runner.answer_s,
-            "" if idle else "; its call is started again",
-        )
-        self.ready.clear()
-        self.unresponsive = True
-        proc.kill()
-        return idle
-
-    def _ping(self) -> bool:
-        """Whether the worker answers a ping within runner.answer_s (read on this thread only)."""
-        self.pings += 1
-        number = self.pings
-        self.send_ctrl(("ping", number))
-        ctrl = self.ctrl
-        if ctrl is None:
-            return False
-        end = time.monotonic() + self.runner.answer_s
-        try:
-            while (left := end - time.monotonic()) > 0 and ctrl.poll(left):
-                kind, got = ctrl.recv()
-                if kind == "pong" and got == number:  # (an earlier ping's late answer: read on)
-                    return True
-        except (EOFError, OSError):
-            return False
-        return False
 
     def _reap(self, when: str) -> WorkerLost:
         proc = self.proc
@@ -388,6 +327,7 @@ class Courier:
         ctrl_child.close()
         self.proc, self.conn = proc, parent
         self.unresponsive = False
+        self.taken = 0
         with self.ctrl_lock:
             self.ctrl = ctrl_parent
         if not parent.poll(START_TIMEOUT_S):

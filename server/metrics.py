@@ -7,7 +7,9 @@ conventions (https://prometheus.io/docs/practices/naming/): base units, `_total`
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,6 +29,22 @@ from prometheus_client.registry import Collector
 _BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
 _LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 LAG_EVERY_S = 0.1  # the event loop's lag is sampled this often
+
+
+def watch_collections(metrics: Metrics) -> Callable[[], None]:
+    """Observe every garbage collection's wall time in `metrics.gc_pause` (gc.callbacks);
+    returns the function that stops it."""
+    started: dict[str, float] = {}
+    children = [metrics.gc_pause.labels(str(g)) for g in range(3)]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started["t"] = time.perf_counter()
+        elif "t" in started:
+            children[info["generation"]].observe(time.perf_counter() - started.pop("t"))
+
+    gc.callbacks.append(callback)
+    return lambda: gc.callbacks.remove(callback) if callback in gc.callbacks else None
 
 
 async def watch_loop_lag(metrics: Metrics, every_s: float = LAG_EVERY_S) -> None:
@@ -98,6 +116,14 @@ class Metrics:
             "meshplan_event_loop_lag_seconds",
             f"How late the event loop ran a callback due every {LAG_EVERY_S:g} s (seconds): what "
             "a health check or an answer waits behind the loop's other work, the GIL or the CPU.",
+            buckets=_LAG_BUCKETS,
+            registry=r,
+        )
+        self.gc_pause = Histogram(
+            "meshplan_gc_pause_seconds",
+            "Wall time of one garbage collection in the server process, by generation "
+            "(seconds): it holds the GIL, so the event loop waits it out.",
+            ["generation"],
             buckets=_LAG_BUCKETS,
             registry=r,
         )

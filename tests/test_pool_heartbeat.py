@@ -65,7 +65,7 @@ def test_a_stopped_idle_worker_is_replaced_and_the_call_runs_again(
     # found within a heartbeat and a ping's wait, then a worker spawned (no warm-up): not 60 s
     assert took < 20, took
     words = [r.getMessage() for r in caplog.records]
-    assert any(f"(pid {pid}) did not answer within" in w and "started again" in w for w in words)
+    assert any(f"(pid {pid}) did not answer a ping within" in w and "started again" in w for w in words)
     assert runner.pids() == [answered_by]
 
 
@@ -117,3 +117,30 @@ def test_a_busy_worker_that_answers_pings_is_left_alone(runner: ProcessRunner) -
 
     assert asyncio.run(go()) == pid
     assert runner.pids() == [pid]
+
+
+def holds_the_gil(count: int, *, stop: threading.Event) -> int:
+    """A solve that holds its process's GIL in native code (sum over a range runs in C), so the
+    worker's ping thread cannot answer until it ends (run in a worker process)."""
+    sum(range(count))
+    return os.getpid()
+
+
+def test_a_worker_holding_its_gil_in_a_call_it_took_is_not_taken_for_stopped() -> None:
+    """It said it took the call before its GIL was held: the heartbeat waits kill_after_s."""
+    pool = ProcessRunner(1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S, kill_after_s=60)
+    try:
+        assert pool.wait_ready(120) == 1
+        (pid,) = pool.pids()
+        began = time.monotonic()
+
+        async def go() -> int:
+            return await pool.start(holds_the_gil, 60_000_000, stop=StopEvent())
+
+        assert asyncio.run(go()) == pid
+        held = time.monotonic() - began
+        assert held > 2 * (HEARTBEAT_S + ANSWER_S), f"the call held the GIL only {held:.2f} s"
+        assert pool.pids() == [pid]
+    finally:
+        pool.close()
+        pool.join()

@@ -288,3 +288,21 @@ def test_the_event_loops_lag_is_observed_and_a_blocked_loop_shows() -> None:
     fast = registry.get_sample_value("meshplan_event_loop_lag_seconds_bucket", {"le": "0.1"})
     assert count is not None and fast is not None and count >= 5
     assert count - fast == 1  # the one sample the blocked loop delayed
+
+
+def test_each_garbage_collection_is_timed_by_generation() -> None:
+    import gc
+
+    from meshplan.server.metrics import Metrics, watch_collections
+
+    metrics = Metrics()
+    stop = watch_collections(metrics)
+    try:
+        gc.collect()
+    finally:
+        stop()
+    gc.collect()  # not observed any more
+    count = metrics.registry.get_sample_value(
+        "meshplan_gc_pause_seconds_count", {"generation": "2"}
+    )
+    assert count == 1

@@ -1,0 +1,92 @@
+"""Whether a solver worker still answers: its courier thread (server/courier.py) pings it every
+`heartbeat_s`, over the pipe that carries its stops, where a small thread in the worker answers
+(server/worker.py) and the worker says which call it took off its pipe. A worker that has not
+answered within `answer_s` (SIGSTOPped; or `kill_after_s` once it said it took its call: a solve
+may hold its GIL in native code for a while) is killed, logged and replaced, and a call it held
+is started again on a worker that answers (`Recalled`), rather than waiting for its deadline. A
+worker found dead while idle is logged and replaced before a call is sent to it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from meshplan.server.tasks import how_it_ended
+
+if TYPE_CHECKING:
+    from meshplan.server.courier import Courier
+
+log = logging.getLogger("meshplan.server")
+
+
+def heartbeat(self: Courier) -> bool:
+    """Ping the worker; True if it must be replaced now (it was idle: no call is lost).
+    A worker that does not answer within answer_s is killed and logged; if it held a call,
+    the call's loop sees the pipe close and the call starts again elsewhere."""
+    proc = self.proc
+    if proc is None or not self.ready.is_set() or self.runner._closed:
+        return False
+    with self.runner._lock:
+        idle = self in self.runner._idle
+        if idle:  # taken out of the idle list: no call is sent to it while it is pinged
+            self.runner._idle.remove(self)
+        elif self.current is None:
+            return False  # being handed a call: the next beat checks it
+    if not proc.is_alive():
+        if not idle:
+            return False  # the call's loop reads the closed pipe and replaces it
+        log.warning(
+            "solver process %d (pid %s) ended while idle (%s); replacing it",
+            self.index,
+            proc.pid,
+            how_it_ended(proc.exitcode),
+        )
+        self.ready.clear()
+        return True
+    if _ping(self, 0 if idle or self.current is None else self.current.seq):
+        if idle:
+            self.runner._free(self)
+        return False
+    if not proc.is_alive():
+        return False  # it ended while pinged: the call's loop, or the next beat, sees it
+    log.warning(
+        "solver process %d (pid %s) did not answer a ping within %g s (stopped, or stuck "
+        "before its call); killing and replacing it%s",
+        self.index,
+        proc.pid,
+        self.runner.answer_s,
+        "" if idle else "; its call is started again",
+    )
+    self.ready.clear()
+    self.unresponsive = True
+    proc.kill()
+    return idle
+
+
+def _ping(self: Courier, working_on: int) -> bool:
+    """Whether the worker answers a ping in time (its pipe is read on this thread only):
+    within runner.answer_s, or within runner.kill_after_s once it has said it took call
+    `working_on` (a solve may hold the worker's GIL in native code for a while; a worker
+    stopped before it took its call never says so, and is replaced after answer_s)."""
+    self.pings += 1
+    number = self.pings
+    self.send_ctrl(("ping", number))
+    ctrl = self.ctrl
+    if ctrl is None:
+        return False
+    start = time.monotonic()
+    patient = start + max(self.runner.answer_s, self.runner.kill_after_s)
+    end = patient if working_on and self.taken >= working_on else start + self.runner.answer_s
+    try:
+        while (left := end - time.monotonic()) > 0 and ctrl.poll(left):
+            kind, got = ctrl.recv()
+            if kind == "took":  # the worker took call `got` off its pipe
+                self.taken = max(self.taken, got)
+                if working_on and got >= working_on:
+                    end = patient
+            elif kind == "pong" and got == number:  # (an earlier ping's late answer: skip)
+                return True
+    except (EOFError, OSError):
+        return False
+    return False
