@@ -65,7 +65,9 @@ def test_a_stopped_idle_worker_is_replaced_and_the_call_runs_again(
     # found within a heartbeat and a ping's wait, then a worker spawned (no warm-up): not 60 s
     assert took < 20, took
     words = [r.getMessage() for r in caplog.records]
-    assert any(f"(pid {pid}) did not answer a ping within" in w and "started again" in w for w in words)
+    assert any(
+        f"(pid {pid}) did not answer a ping within" in w and "started again" in w for w in words
+    )
     assert runner.pids() == [answered_by]
 
 
