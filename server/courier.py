@@ -58,6 +58,7 @@ class Courier:
         self.seq = 0
         self.pings = 0
         self.taken = 0  # the last call the worker said it took off its pipe (read when pinged)
+        self.settled = 0  # ... and the last it said it answered and settled after
         self.unresponsive = False  # killed for not answering a ping: its call starts again
         self.current: Task | None = None  # the call being sent or solved (runner._lock)
         self.standby: Task | None = None  # a call queued behind it in the pipe (runner._lock)
@@ -327,7 +328,7 @@ class Courier:
         ctrl_child.close()
         self.proc, self.conn = proc, parent
         self.unresponsive = False
-        self.taken = 0
+        self.taken = self.settled = 0
         with self.ctrl_lock:
             self.ctrl = ctrl_parent
         if not parent.poll(START_TIMEOUT_S):

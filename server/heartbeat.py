@@ -1,8 +1,9 @@
 """Whether a solver worker still answers: its courier thread (server/courier.py) pings it every
 `heartbeat_s`, over the pipe that carries its stops, where a small thread in the worker answers
-(server/worker.py) and the worker says which call it took off its pipe. A worker that has not
-answered within `answer_s` (SIGSTOPped; or `kill_after_s` once it said it took its call: a solve
-may hold its GIL in native code for a while) is killed, logged and replaced, and a call it held
+(server/worker.py) and the worker says which call it took off its pipe and when it has settled
+after it. A worker that has not answered within `answer_s` (SIGSTOPped while idle or before it
+took its call; `kill_after_s` while it is busy by its own word: a solve, or the collection after
+it, may hold its GIL in native code for a while) is killed, logged and replaced, and a call it held
 is started again on a worker that answers (`Recalled`), rather than waiting for its deadline. A
 worker found dead while idle is logged and replaced before a call is sent to it."""
 
@@ -51,11 +52,11 @@ def heartbeat(self: Courier) -> bool:
     if not proc.is_alive():
         return False  # it ended while pinged: the call's loop, or the next beat, sees it
     log.warning(
-        "solver process %d (pid %s) did not answer a ping within %g s (stopped, or stuck "
-        "before its call); killing and replacing it%s",
+        "solver process %d (pid %s) did not answer a ping within %g s (stopped, or stuck); "
+        "killing and replacing it%s",
         self.index,
         proc.pid,
-        self.runner.answer_s,
+        self.runner.kill_after_s if self.settled < self.taken else self.runner.answer_s,
         "" if idle else "; its call is started again",
     )
     self.ready.clear()
@@ -65,10 +66,11 @@ def heartbeat(self: Courier) -> bool:
 
 
 def _ping(self: Courier, working_on: int) -> bool:
-    """Whether the worker answers a ping in time (its pipe is read on this thread only):
-    within runner.answer_s, or within runner.kill_after_s once it has said it took call
-    `working_on` (a solve may hold the worker's GIL in native code for a while; a worker
-    stopped before it took its call never says so, and is replaced after answer_s)."""
+    """Whether the worker answers a ping in time (its pipe is read on this thread only). It is
+    given runner.kill_after_s while it is busy by its own word: it took call `working_on`, or
+    has not yet settled the last call it took (a solve, or the collection after it, may hold
+    its GIL in native code for a while); runner.answer_s otherwise (idle, or a call sent and
+    not taken: a worker stopped there never says more)."""
     self.pings += 1
     number = self.pings
     self.send_ctrl(("ping", number))
@@ -76,15 +78,18 @@ def _ping(self: Courier, working_on: int) -> bool:
     if ctrl is None:
         return False
     start = time.monotonic()
-    patient = start + max(self.runner.answer_s, self.runner.kill_after_s)
-    end = patient if working_on and self.taken >= working_on else start + self.runner.answer_s
+
+    def deadline() -> float:
+        busy = (working_on and self.taken >= working_on) or self.settled < self.taken
+        return start + (self.runner.kill_after_s if busy else self.runner.answer_s)
+
     try:
-        while (left := end - time.monotonic()) > 0 and ctrl.poll(left):
+        while (left := deadline() - time.monotonic()) > 0 and ctrl.poll(left):
             kind, got = ctrl.recv()
             if kind == "took":  # the worker took call `got` off its pipe
                 self.taken = max(self.taken, got)
-                if working_on and got >= working_on:
-                    end = patient
+            elif kind == "settled":  # ... and has answered it and settled its heap
+                self.settled = max(self.settled, got)
             elif kind == "pong" and got == number:  # (an earlier ping's late answer: skip)
                 return True
     except (EOFError, OSError):

@@ -50,7 +50,7 @@ T = TypeVar("T")
 
 KILL_AFTER_S = 10.0  # a solve still running this long after its stop: its process is killed
 HEARTBEAT_S = 1.0  # a courier pings its worker after this long without another order
-ANSWER_S = 2.0  # a worker that has not answered a ping within this long is replaced
+ANSWER_S = 3.0  # an idle worker that has not answered a ping within this long is replaced
 
 
 class ProcessRunner:

@@ -86,6 +86,8 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
                 recalled.discard(done)
         if asked_back:  # never started: the server starts it again when it is its turn
             conn.send((seq, None, None))
+            with sending, contextlib.suppress(OSError):
+                ctrl.send(("settled", seq))
             continue
         try:
             reply: tuple[int, bool, Any] = (seq, True, fn(*args, stop=event))
@@ -103,6 +105,8 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
         if trim is not None and time.monotonic() - trimmed > _TRIM_EVERY_S:
             trim()
             trimmed = time.monotonic()
+        with sending, contextlib.suppress(OSError):  # idle again: the heartbeat's short wait
+            ctrl.send(("settled", seq))
 
 
 def _warm_up() -> None:
