@@ -17,11 +17,12 @@ import multiprocessing
 import queue
 import threading
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from meshplan.server.dispatch import StopEvent
-from meshplan.server.heartbeat import heartbeat
+from meshplan.server.heartbeat import Heartbeat
 from meshplan.server.tasks import (
+    Pool,
     Recalled,
     Task,
     WorkerLost,
@@ -33,9 +34,6 @@ from meshplan.server.tasks import (
 )
 from meshplan.server.worker import worker_main
 
-if TYPE_CHECKING:
-    from meshplan.server.pool import ProcessRunner
-
 log = logging.getLogger("meshplan.server")
 
 START_TIMEOUT_S = 300.0  # spawn, import and warm-up of one worker, under load
@@ -43,10 +41,10 @@ POLL_STOP_S = 0.05  # how often a stop event that is not a StopEvent is looked a
 SPAWN, END = "spawn", "end"  # orders to a courier thread (besides a task to spawn for)
 
 
-class Courier:
+class Courier(Heartbeat):
     """One worker process: its pipes, its call, and the thread that (re)spawns and pings it."""
 
-    def __init__(self, runner: ProcessRunner, index: int, warm: bool) -> None:
+    def __init__(self, runner: Pool, index: int, warm: bool) -> None:
         self.runner = runner
         self.index = index
         self.warm = warm
@@ -255,7 +253,7 @@ class Courier:
             try:
                 order = self.orders.get(timeout=self.runner.heartbeat_s)
             except queue.Empty:
-                order = SPAWN if heartbeat(self) else None
+                order = SPAWN if self._heartbeat() else None
                 if order is None:
                     continue
             if order == END:

@@ -10,88 +10,103 @@ worker found dead while idle is logged and replaced before a call is sent to it.
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import threading
 import time
-from typing import TYPE_CHECKING
+from multiprocessing.connection import Connection
 
-from meshplan.server.tasks import how_it_ended
-
-if TYPE_CHECKING:
-    from meshplan.server.courier import Courier
+from meshplan.server.tasks import Pool, Task, how_it_ended
 
 log = logging.getLogger("meshplan.server")
 
 
-def heartbeat(self: Courier) -> bool:
-    """Ping the worker; True if it must be replaced now (it was idle: no call is lost).
-    A worker that does not answer within answer_s is killed and logged; if it held a call,
-    the call's loop sees the pipe close and the call starts again elsewhere."""
-    proc = self.proc
-    if proc is None or not self.ready.is_set() or self.runner._closed:
-        return False
-    with self.runner._lock:
-        idle = self in self.runner._idle
-        if idle:  # taken out of the idle list: no call is sent to it while it is pinged
-            self.runner._idle.remove(self)
-        elif self.current is None:
-            return False  # being handed a call: the next beat checks it
-    if not proc.is_alive():
-        if not idle:
-            return False  # the call's loop reads the closed pipe and replaces it
+class Heartbeat:
+    """The heartbeat half of server.courier.Courier (run on its courier thread)."""
+
+    runner: Pool
+    index: int
+    proc: multiprocessing.process.BaseProcess | None
+    ctrl: Connection | None
+    ready: threading.Event
+    current: Task | None
+    pings: int
+    taken: int
+    settled: int
+    unresponsive: bool
+
+    def send_ctrl(self, message: tuple[str, int]) -> None:
+        raise NotImplementedError  # server.courier.Courier's
+
+    def _heartbeat(self) -> bool:
+        """Ping the worker; True if it must be replaced now (it was idle: no call is lost).
+        A worker that does not answer within answer_s is killed and logged; if it held a call,
+        the call's loop sees the pipe close and the call starts again elsewhere."""
+        proc = self.proc
+        if proc is None or not self.ready.is_set() or self.runner._closed:
+            return False
+        with self.runner._lock:
+            idle = self in self.runner._idle
+            if idle:  # taken out of the idle list: no call is sent to it while it is pinged
+                self.runner._idle.remove(self)
+            elif self.current is None:
+                return False  # being handed a call: the next beat checks it
+        if not proc.is_alive():
+            if not idle:
+                return False  # the call's loop reads the closed pipe and replaces it
+            log.warning(
+                "solver process %d (pid %s) ended while idle (%s); replacing it",
+                self.index,
+                proc.pid,
+                how_it_ended(proc.exitcode),
+            )
+            self.ready.clear()
+            return True
+        if self._ping(0 if idle or self.current is None else self.current.seq):
+            if idle:
+                self.runner._free(self)
+            return False
+        if not proc.is_alive():
+            return False  # it ended while pinged: the call's loop, or the next beat, sees it
         log.warning(
-            "solver process %d (pid %s) ended while idle (%s); replacing it",
+            "solver process %d (pid %s) did not answer a ping within %g s (stopped, or stuck); "
+            "killing and replacing it%s",
             self.index,
             proc.pid,
-            how_it_ended(proc.exitcode),
+            self.runner.kill_after_s if self.settled < self.taken else self.runner.answer_s,
+            "" if idle else "; its call is started again",
         )
         self.ready.clear()
-        return True
-    if _ping(self, 0 if idle or self.current is None else self.current.seq):
-        if idle:
-            self.runner._free(self)
+        self.unresponsive = True
+        proc.kill()
+        return idle
+
+    def _ping(self, working_on: int) -> bool:
+        """Whether the worker answers a ping in time (its pipe is read on this thread only). It is
+        given runner.kill_after_s while it is busy by its own word: it took call `working_on`, or
+        has not yet settled the last call it took (a solve, or the collection after it, may hold
+        its GIL in native code for a while); runner.answer_s otherwise (idle, or a call sent and
+        not taken: a worker stopped there never says more)."""
+        self.pings += 1
+        number = self.pings
+        self.send_ctrl(("ping", number))
+        ctrl = self.ctrl
+        if ctrl is None:
+            return False
+        start = time.monotonic()
+
+        def deadline() -> float:
+            busy = (working_on and self.taken >= working_on) or self.settled < self.taken
+            return start + (self.runner.kill_after_s if busy else self.runner.answer_s)
+
+        try:
+            while (left := deadline() - time.monotonic()) > 0 and ctrl.poll(left):
+                kind, got = ctrl.recv()
+                if kind == "took":  # the worker took call `got` off its pipe
+                    self.taken = max(self.taken, got)
+                elif kind == "settled":  # ... and has answered it and settled its heap
+                    self.settled = max(self.settled, got)
+                elif kind == "pong" and got == number:  # (an earlier ping's late answer: skip)
+                    return True
+        except (EOFError, OSError):
+            return False
         return False
-    if not proc.is_alive():
-        return False  # it ended while pinged: the call's loop, or the next beat, sees it
-    log.warning(
-        "solver process %d (pid %s) did not answer a ping within %g s (stopped, or stuck); "
-        "killing and replacing it%s",
-        self.index,
-        proc.pid,
-        self.runner.kill_after_s if self.settled < self.taken else self.runner.answer_s,
-        "" if idle else "; its call is started again",
-    )
-    self.ready.clear()
-    self.unresponsive = True
-    proc.kill()
-    return idle
-
-
-def _ping(self: Courier, working_on: int) -> bool:
-    """Whether the worker answers a ping in time (its pipe is read on this thread only). It is
-    given runner.kill_after_s while it is busy by its own word: it took call `working_on`, or
-    has not yet settled the last call it took (a solve, or the collection after it, may hold
-    its GIL in native code for a while); runner.answer_s otherwise (idle, or a call sent and
-    not taken: a worker stopped there never says more)."""
-    self.pings += 1
-    number = self.pings
-    self.send_ctrl(("ping", number))
-    ctrl = self.ctrl
-    if ctrl is None:
-        return False
-    start = time.monotonic()
-
-    def deadline() -> float:
-        busy = (working_on and self.taken >= working_on) or self.settled < self.taken
-        return start + (self.runner.kill_after_s if busy else self.runner.answer_s)
-
-    try:
-        while (left := deadline() - time.monotonic()) > 0 and ctrl.poll(left):
-            kind, got = ctrl.recv()
-            if kind == "took":  # the worker took call `got` off its pipe
-                self.taken = max(self.taken, got)
-            elif kind == "settled":  # ... and has answered it and settled its heap
-                self.settled = max(self.settled, got)
-            elif kind == "pong" and got == number:  # (an earlier ping's late answer: skip)
-                return True
-    except (EOFError, OSError):
-        return False
-    return False

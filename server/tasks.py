@@ -11,7 +11,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 
 class WorkerLost(Exception):
@@ -40,6 +40,21 @@ class Task:
     seq: int = 0  # its message number on its worker's pipe (0: not sent)
     forget_stop: Callable[[], None] = _nothing
     recall_sent: bool = False
+
+
+class Pool(Protocol):
+    """What a worker's courier (server/courier.py, server/heartbeat.py) reads of its runner,
+    server/pool.py's ProcessRunner."""
+
+    kill_after_s: float  # a solve still running this long after its stop: its process is killed
+    heartbeat_s: float  # a courier pings its worker this often
+    answer_s: float  # an idle worker that has not answered a ping this long is replaced
+    _lock: threading.Lock  # guards _idle and each courier's current call
+    _idle: list[Any]  # the couriers without a call
+    _closed: bool
+
+    def _free(self, courier: Any) -> None:
+        """`courier` has no call: give it the next pending one, if any."""
 
 
 def settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
