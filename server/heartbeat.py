@@ -3,8 +3,9 @@
 (server/worker.py) and the worker says which call it took off its pipe and when it has settled
 after it. A worker that has not answered within `answer_s` (SIGSTOPped while idle or before it
 took its call; `kill_after_s` while it is busy by its own word: a solve, or the collection after
-it, may hold its GIL in native code for a while) is killed, logged and replaced, and a call it held
-is started again on a worker that answers (`Recalled`), rather than waiting for its deadline. A
+it, may hold its GIL in native code for a while) is killed, logged and replaced; a call it was
+sent and had not taken is started again on a worker that answers (`Recalled`), rather than
+waiting for its deadline (one it took fails: WorkerLost, as when a stop is not heeded). A
 worker found dead while idle is logged and replaced before a call is sent to it."""
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ class Heartbeat:
 
     def _heartbeat(self) -> bool:
         """Ping the worker; True if it must be replaced now (it was idle: no call is lost).
-        A worker that does not answer within answer_s is killed and logged; if it held a call,
-        the call's loop sees the pipe close and the call starts again elsewhere."""
+        A worker that does not answer in time is killed and logged; if it held a call, the
+        call's loop sees the pipe close, and the call starts again elsewhere if the worker had
+        not taken it (else it fails: WorkerLost, as when a stop is not heeded)."""
         proc = self.proc
         if proc is None or not self.ready.is_set() or self.runner._closed:
             return False
@@ -67,16 +69,21 @@ class Heartbeat:
             return False
         if not proc.is_alive():
             return False  # it ended while pinged: the call's loop, or the next beat, sees it
+        # A call the worker never took is started again elsewhere; one it took and is stuck in
+        # may be what holds it (native code): it fails, as a stop that is not heeded does.
+        busy = self.settled < self.taken
+        task = self.current
+        again = not idle and task is not None and self.taken < task.seq
         log.warning(
             "solver process %d (pid %s) did not answer a ping within %g s (stopped, or stuck); "
             "killing and replacing it%s",
             self.index,
             proc.pid,
-            self.runner.kill_after_s if self.settled < self.taken else self.runner.answer_s,
-            "" if idle else "; its call is started again",
+            self.runner.kill_after_s if busy else self.runner.answer_s,
+            "; its call is started again" if again else "",
         )
         self.ready.clear()
-        self.unresponsive = True
+        self.unresponsive = again
         proc.kill()
         return idle
 
