@@ -311,7 +311,7 @@ def serve(settings: Settings, ready: threading.Event | None = None) -> int:
     # A thread converting a large request holds the GIL; the event loop asks for it back after
     # this long (CPython's default is 5 ms: health checks then waited tens of ms behind it).
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    frozen = freeze_startup_heap()  # shorter full GC passes: the event loop stalls less
+    frozen = freeze_startup_heap()  # shorter and fewer full GC passes: the loop stalls less
     keep_freed_heap()  # solves on this process's threads (--solver-processes 0) reuse the heap
     log.debug("%d start-up objects frozen out of the garbage collector's passes", frozen)
     stop = threading.Event()

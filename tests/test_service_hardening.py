@@ -475,7 +475,8 @@ def full_pass():
 
 before = full_pass()
 frozen = freeze_startup_heap()
-print(json.dumps({"before": before, "after": full_pass(), "frozen": frozen}))
+print(json.dumps({"before": before, "after": full_pass(), "frozen": frozen,
+                  "full_every": gc.get_threshold()[2]}))
 """
 
 
@@ -494,3 +495,4 @@ def test_the_servers_start_up_heap_is_out_of_full_collections() -> None:
     got = json.loads(out.stdout)
     assert got["frozen"] > 10_000
     assert got["after"] < got["before"] / 10, got
+    assert got["full_every"] == 100  # and fewer full passes: one per 100 of generation 1
