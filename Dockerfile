@@ -42,12 +42,14 @@ ENV PATH=/opt/meshplan/bin:$PATH \
     MESHPLAN_HOST=0.0.0.0 \
     MESHPLAN_PORT=50051 \
     MESHPLAN_HEALTH_PORT=50052 \
+    MESHPLAN_HTTP_PORT=8080 \
     MESHPLAN_METRICS_PORT=9090
 USER 10001:10001
 WORKDIR /tmp
 # 50051: gRPC (TLS and tokens when configured); 50052: health only, plaintext (probes);
+# 8080: the same calls as JSON over HTTP and the planner page (the same TLS and tokens);
 # 9090: Prometheus metrics.
-EXPOSE 50051 50052 9090
+EXPOSE 50051 50052 8080 9090
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "-m", "meshplan.server.probe"]
 STOPSIGNAL SIGTERM

@@ -20,6 +20,11 @@ plaintext health port, tokens, JSON logs). Phases:
 4. SIGTERM with a query of 12,000 observations in flight: exit 0 within the grace period.
 
     python -m benchmarks soak [--quick] [--clients N] [--seconds S] [--fuzz N] [--curves N]
+        [--only load|fuzz] [--server-python PATH]
+
+`--only load` runs the load phase alone (the health and RSS targets: a minute, to compare two
+commits in alternating runs); `--server-python` runs the server with another interpreter (another
+checkout's .venv/bin/python: the server that checkout installs, measured by this benchmark).
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ OBSERVATIONS = 12_000  # of the query in flight at SIGTERM
 GRACE_S = 30.0  # the server's default grace period (Settings.grace_period_s)
 _SERVING = re.compile(r"on [^ ]+:(\d+) \(")
 _HEALTH = re.compile(r"in plaintext, on :(\d+)")
+_METRICS = re.compile(r"metrics on :(\d+)")
 
 
 def deployment_limit_mb() -> float:
@@ -78,13 +84,15 @@ def deployment_limit_mb() -> float:
 class Server:
     """`python -m meshplan.server` on a free loopback port with JSON logs in a file."""
 
-    def __init__(self, workdir: Path, tokens: list[str]) -> None:
+    def __init__(self, workdir: Path, tokens: list[str], python: str | None = None) -> None:
         (workdir / "tokens").write_text("\n".join(tokens) + "\n")
         self.log = workdir / "server.log"
-        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, "-m", "meshplan.server", "--host", LOOPBACK, "--port", "0"]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if python is None:  # this checkout's server; another interpreter brings its own
+            env["PYTHONPATH"] = str(ROOT)
+        cmd = [python or sys.executable, "-m", "meshplan.server", "--host", LOOPBACK, "--port", "0"]
         cmd += ["--auth-token-file", str(workdir / "tokens"), "--log-format", "json"]
-        cmd += ["--health-port", "0"]
+        cmd += ["--health-port", "0", "--metrics-port", "0", "--metrics-host", LOOPBACK]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=self.log.open("w"))
         deadline = time.monotonic() + 120
         while (found := _SERVING.search(self.log.read_text())) is None:
@@ -94,6 +102,10 @@ class Server:
         self.target = f"{LOOPBACK}:{found.group(1)}"
         health = _HEALTH.search(self.log.read_text())
         self.health_target = f"{LOOPBACK}:{health.group(1)}" if health else self.target
+        found_metrics = _METRICS.search(self.log.read_text())
+        self.metrics_url = (
+            f"http://{LOOPBACK}:{found_metrics.group(1)}/metrics" if found_metrics else None
+        )
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -132,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, help=f"load duration (default {FULL['seconds']:.0f})")
     p.add_argument("--fuzz", type=int, help=f"fuzzed calls (default {FULL['fuzz']:,})")
     p.add_argument("--curves", type=int, help=f"4,096-cell curves (default {FULL['curves']})")
+    p.add_argument("--only", choices=["load", "fuzz"], help="run this phase alone")
+    p.add_argument("--server-python", metavar="PATH", help="run the server with this interpreter")
     a = p.parse_args(argv)
     base = QUICK if a.quick else FULL
     clients, seconds, fuzz = (
@@ -145,10 +159,21 @@ def main(argv: list[str] | None = None) -> int:
         f"soak-client-{i:03d}-{os.urandom(6).hex()}" for i in range(max(clients, FUZZ_THREADS))
     ]
     with tempfile.TemporaryDirectory(prefix="meshplan-soak-") as tmp:
-        server = Server(Path(tmp), tokens)
+        server = Server(Path(tmp), tokens, a.server_python)
         try:
+            if a.only == "fuzz":
+                fz = fuzz_phase(server, tokens, fuzz)
+                print(table(["fuzz", "value"], _fuzz_rows(fz, residual_cpu(server, 2.0))))
+                write_json(a.json, {"report": {"fuzz": fz}})
+                return 0
+            before = os.getloadavg()
             load = load_phase(server, tokens, clients, seconds, idle_s=1.0 if a.quick else 6.0)
+            load["loadavg"] = [before, os.getloadavg()]  # the machine's, as `uptime` prints it
             print(f"load done: {load['codes']}", flush=True)
+            if a.only == "load":
+                print(table(["load", "value"], _load_rows(load, deployment_limit_mb())))
+                write_json(a.json, {"report": {"load": load}})
+                return 0
             fz = fuzz_phase(server, tokens, fuzz)
             idle = residual_cpu(server, base["idle_s"])
             print(f"fuzz done: {fz['codes']}; residual CPU {idle['share']:.2%}", flush=True)
@@ -180,23 +205,9 @@ def _print(r: dict[str, Any]) -> None:
     def codes(c: dict[str, int]) -> str:
         return ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
 
-    print(table(["load", "value"], [
-        ["clients x seconds", f"{load['clients']} x {load['seconds']:.1f} s"],
-        ["tenants' answers", codes(load["codes"])],
-        ["polite caller", f"{codes(polite)} ({polite_ok:.0%} OK)"],
-        ["made-up tokens", codes(load["made_up"])],
-        ["health Check, gRPC port", f"p50 {fmt_s(h['p50'])}  p99 {fmt_s(h['p99'])}  max {fmt_s(h['max'])}  (n={h['n']}, failed {load['health_failures']})"],
-        ["health Check, health port", f"p50 {fmt_s(hp['p50'])}  p99 {fmt_s(hp['p99'])}  max {fmt_s(hp['max'])}  (n={hp['n']}, failed {load['health_port_failures']})"],
-        ["tree RSS", f"{load['rss_before_mb']:.0f} MB -> peak {load['rss_peak_mb']:.0f} MB -> {load['rss_after_mb']:.0f} MB (limit {limit:.0f} MB)"],
-    ]))  # fmt: skip
+    print(table(["load", "value"], _load_rows(load, limit)))
     print()
-    print(table(["fuzz", "value"], [
-        ["calls", f"{fz['calls']:,} in {fz['seconds']:.1f} s ({codes(fz['kinds'])})"],
-        ["answers", codes(fz["codes"])],
-        ["INTERNAL", f"{fz['internal']} calls, {fz['internal_items']} batch items, {fz['internal_log_lines']} log lines"],
-        ["past deadline + 100 ms", f"{fz['late_count']} of {fz['logged']} logged calls"],
-        [f"tree CPU over the next {idle['seconds']:.0f} s", f"{idle['cpu_s']:.2f} s ({idle['share']:.2%})"],
-    ]))  # fmt: skip
+    print(table(["fuzz", "value"], _fuzz_rows(fz, idle)))
     print()
     print(table(["memory and SIGTERM", "value"], [
         ["78-byte Replan", f"{codes({k: v for k, v in mem['codes'].items() if k.startswith('replan')})} in {mem['replan_s']:.1f} s; tree peak {mem['replan_peak_mb']:.0f} MB"],
@@ -225,6 +236,58 @@ def _print(r: dict[str, Any]) -> None:
         f"SIGTERM exit within {GRACE_S:.0f} s {met(exited, exit_text)}",
     ]
     print("\nsummary: " + "; ".join(parts))
+
+
+def _codes(c: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
+
+
+def _load_rows(load: dict[str, Any], limit: float) -> list[list[str]]:
+    h, hp, polite = load["health"], load["health_port"], load["polite"]
+    polite_ok = polite.get("OK", 0) / max(sum(polite.values()), 1)
+    codes = _codes
+    return [
+        ["clients x seconds", f"{load['clients']} x {load['seconds']:.1f} s"],
+        ["tenants' answers", codes(load["codes"])],
+        ["polite caller", f"{codes(polite)} ({polite_ok:.0%} OK)"],
+        ["made-up tokens", codes(load["made_up"])],
+        ["health Check, gRPC port", f"p50 {fmt_s(h['p50'])}  p99 {fmt_s(h['p99'])}  max {fmt_s(h['max'])}  (n={h['n']}, failed {load['health_failures']})"],
+        ["health Check, health port", f"p50 {fmt_s(hp['p50'])}  p99 {fmt_s(hp['p99'])}  max {fmt_s(hp['max'])}  (n={hp['n']}, failed {load['health_port_failures']})"],
+        ["tree RSS", f"{load['rss_before_mb']:.0f} MB -> peak {load['rss_peak_mb']:.0f} MB -> {load['rss_after_mb']:.0f} MB (limit {limit:.0f} MB)"],
+        ["health Check, no caller (the machine's floor)", _quiet_text(load)],
+        ["server's event-loop lag (every 0.1 s)", _lag_text(load.get("loop_lag"))],
+        ["machine load average (1, 5, 15 min)", " -> ".join(", ".join(f"{x:.1f}" for x in avg) for avg in load.get("loadavg", []))],
+    ]  # fmt: skip
+
+
+def _quiet_text(load: dict[str, Any]) -> str:
+    q, qp = load.get("health_quiet"), load.get("health_port_quiet")
+    if not q or not qp:
+        return "n/a"
+    return f"gRPC port p99 {fmt_s(q['p99'])}, health port p99 {fmt_s(qp['p99'])} (n={q['n']})"
+
+
+def _lag_text(lag: dict[str, Any] | None) -> str:
+    if not lag:
+        return "n/a (none, or the server does not measure it)"
+    return (
+        f"p50 <= {fmt_s(lag['p50'])}  p99 <= {fmt_s(lag['p99'])}  max <= {fmt_s(lag['max'])}  "
+        f"over 50 ms {lag['over_50ms']} of {lag['n']}"
+    )
+
+
+def _fuzz_rows(fz: dict[str, Any], idle: dict[str, Any]) -> list[list[str]]:
+    codes = _codes
+    return [
+        ["calls", f"{fz['calls']:,} in {fz['seconds']:.1f} s ({codes(fz['kinds'])})"],
+        ["answers", codes(fz["codes"])],
+        ["INTERNAL", f"{fz['internal']} calls, {fz['internal_items']} batch items, {fz['internal_log_lines']} log lines"],
+        ["past deadline + 100 ms", f"{fz['late_count']} of {fz['logged']} logged calls"],
+        ["solver processes replaced", str(len(fz.get("replaced", [])))],
+        ["server's event-loop lag", _lag_text(fz.get("loop_lag"))],
+        ["server's full collections (generation 2)", _lag_text(fz.get("full_gc"))],
+        [f"tree CPU over the next {idle['seconds']:.0f} s", f"{idle['cpu_s']:.2f} s ({idle['share']:.2%})"],
+    ]  # fmt: skip
 
 
 if __name__ == "__main__":

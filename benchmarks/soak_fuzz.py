@@ -297,6 +297,12 @@ def _fuzz_one(channel: Any, call: FuzzCall, index: int, token: str) -> tuple[str
 def fuzz_phase(server: Server, tokens: list[str], count: int) -> dict[str, Any]:
     import grpc
 
+    from benchmarks.soak_load import lag_between, lag_buckets
+
+    url = getattr(server, "metrics_url", None)
+    gen2 = {"generation": "2"}
+    lag_before = lag_buckets(url)
+    gc_before = lag_buckets(url, "meshplan_gc_pause_seconds", gen2)
     calls = fuzz_calls(count)
     channels = [grpc.insecure_channel(server.target) for _ in range(FUZZ_THREADS)]
     t0 = time.monotonic()
@@ -307,6 +313,8 @@ def fuzz_phase(server: Server, tokens: list[str], count: int) -> dict[str, Any]:
         ]
         outcomes = [f.result() for f in futures]
     wall = time.monotonic() - t0
+    lag = lag_between(lag_before, lag_buckets(url))
+    full_gc = lag_between(gc_before, lag_buckets(url, "meshplan_gc_pause_seconds", gen2))
     for ch in channels:
         ch.close()
     by_id = {line.get("request_id"): line for line in server.lines() if line.get("method")}
@@ -325,7 +333,14 @@ def fuzz_phase(server: Server, tokens: list[str], count: int) -> dict[str, Any]:
                     "kind": call.kind,
                 }
             )
-    internal_lines = sum(1 for line in server.lines() if line.get("status") == "INTERNAL")
+    internal = [line for line in server.lines() if line.get("status") == "INTERNAL"]
+    internal_lines = len(internal)
+    kind_of = {f"fz-{i}": call.kind for i, call in enumerate(calls)}
+    examples = [
+        {k: line.get(k) for k in ("method", "request_id", "item", "error")}
+        | {"kind": kind_of.get(line.get("request_id", ""))}
+        for line in internal[:10]
+    ]
     return {
         "calls": len(calls),
         "seconds": wall,
@@ -334,6 +349,14 @@ def fuzz_phase(server: Server, tokens: list[str], count: int) -> dict[str, Any]:
         "internal": sum(s == "INTERNAL" for s, _, _ in outcomes),
         "internal_items": sum(items for _, items, _ in outcomes),
         "internal_log_lines": internal_lines,
+        "internal_examples": examples,
+        "replaced": [
+            line.get("message", "")[:200]
+            for line in server.lines()
+            if "replacing it" in line.get("message", "")
+        ],
+        "loop_lag": lag,
+        "full_gc": full_gc,
         "logged": logged,
         "late": late[:20],
         "late_count": len(late),

@@ -9,6 +9,7 @@ tokens they made up (refused UNAUTHENTICATED before anything is parsed, counted 
 from __future__ import annotations
 
 import asyncio
+import math
 import multiprocessing as mp
 import random
 import time
@@ -124,6 +125,60 @@ def _health_prober(target: str, seconds: float, conn: Any) -> None:
     conn.send((latencies, failures))
 
 
+LAG = "meshplan_event_loop_lag_seconds"
+
+
+def lag_buckets(
+    url: str | None, name: str = LAG, labels: dict[str, str] | None = None
+) -> dict[float, float] | None:
+    """A histogram of the server's metrics (the event loop's lag unless named): cumulative
+    count by bucket bound, of the series with `labels` (None: no such series yet)."""
+    if url is None:
+        return None
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as page:
+        text = page.read().decode()
+    out: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != name:
+            continue
+        for sample in family.samples:
+            wanted = all(sample.labels.get(k) == v for k, v in (labels or {}).items())
+            if sample.name == name + "_bucket" and wanted:
+                out[float(sample.labels["le"])] = sample.value
+    return out or None
+
+
+def lag_between(
+    before: dict[float, float] | None, after: dict[float, float] | None
+) -> dict[str, Any] | None:
+    """p50 / p99 (as the bucket bound that holds them) and the samples over 50 ms, between
+    two readings of the histogram."""
+    if not after:
+        return None
+    before = before or {}
+    counts = {le: after[le] - before.get(le, 0.0) for le in sorted(after)}
+    n = counts[math.inf]
+    if n <= 0:
+        return None
+
+    def quantile(q: float) -> float:
+        return next(le for le, c in counts.items() if c >= q * n)
+
+    over = n - max((c for le, c in counts.items() if le <= 0.05), default=0.0)
+    longest = next(le for le, c in counts.items() if c >= n)
+    return {
+        "n": int(n),
+        "p50": quantile(0.5),
+        "p99": quantile(0.99),
+        "over_50ms": int(over),
+        "max": longest,
+    }
+
+
 def load_phase(
     server: Server, tokens: list[str], clients: int, seconds: float, idle_s: float
 ) -> dict[str, Any]:
@@ -132,12 +187,28 @@ def load_phase(
     from benchmarks.soak_probe import PeakRss, tree_rss_mb
 
     ctx = mp.get_context("spawn")
-    probes = []
-    for target in (server.target, server.health_target):
-        parent, child = ctx.Pipe()
-        prober = ctx.Process(target=_health_prober, args=(target, seconds, child), daemon=True)
-        prober.start()
-        probes.append((parent, prober))
+
+    def probe(seconds: float) -> list[tuple[Any, Any]]:  # one prober process per port
+        probes = []
+        for target in (server.target, server.health_target):
+            parent, child = ctx.Pipe()
+            prober = ctx.Process(target=_health_prober, args=(target, seconds, child), daemon=True)
+            prober.start()
+            probes.append((parent, prober))
+        return probes
+
+    def results(probes: list[tuple[Any, Any]], seconds: float) -> list[tuple[Any, int]]:
+        out = []
+        for parent, prober in probes:
+            latencies, failures = parent.recv() if parent.poll(seconds + 120) else ([1.0], 1)
+            prober.join(30)
+            out.append((Summary.of(latencies).__dict__, failures))
+        return out
+
+    # the floor: health with no caller but the probers, on the machine as loaded now
+    quiet_s = min(10.0, seconds / 4)
+    quiet = results(probe(quiet_s), quiet_s)
+    probes = probe(seconds)
     codes: Counter = Counter()
     polite: Counter = Counter()
     made_up: Counter = Counter()
@@ -158,14 +229,12 @@ def load_phase(
         await asyncio.gather(*callers)
 
     t0 = time.monotonic()
+    lag_before = lag_buckets(getattr(server, "metrics_url", None))
     with PeakRss(server.proc.pid) as peak:
         asyncio.run(run())
     wall = time.monotonic() - t0
-    health = []
-    for parent, prober in probes:
-        latencies, failures = parent.recv() if parent.poll(seconds + 120) else ([1.0], 1)
-        prober.join(30)
-        health.append((Summary.of(latencies).__dict__, failures))
+    lag = lag_between(lag_before, lag_buckets(getattr(server, "metrics_url", None)))
+    health = results(probes, seconds)
     time.sleep(idle_s)  # the server returns freed memory every few seconds
     return {
         "clients": clients,
@@ -177,7 +246,10 @@ def load_phase(
         "health_failures": health[0][1],
         "health_port": health[1][0],
         "health_port_failures": health[1][1],
+        "health_quiet": quiet[0][0],
+        "health_port_quiet": quiet[1][0],
         "rss_before_mb": rss_before,
         "rss_peak_mb": peak.peak,
         "rss_after_mb": tree_rss_mb(server.proc.pid),
+        "loop_lag": lag,
     }

@@ -27,7 +27,12 @@ from meshplan.server.dispatch import SolveRunner, ThreadRunner
 from meshplan.server.handlers import served, service_handler
 from meshplan.server.health import BoundedReflection, Health
 from meshplan.server.memory import freeze_startup_heap, keep_freed_heap, trim_periodically
-from meshplan.server.metrics import Metrics, serve_metrics
+from meshplan.server.metrics import (
+    Metrics,
+    serve_metrics,
+    watch_collections,
+    watch_loop_lag,
+)
 from meshplan.server.pool import ProcessRunner
 from meshplan.server.runtime import Runtime
 from meshplan.server.scheduler import SchedulerServicer
@@ -121,6 +126,8 @@ class PlannerServer:
         self.http: Any = None  # server.http.site.HttpSite with settings.http_port
         self.http_port: int | None = None
         self._trim: Any = None  # the periodic malloc_trim task, once started
+        self._lag: Any = None  # the event loop's lag, sampled for the metrics, once started
+        self._unwatch_gc: Callable[[], None] | None = None  # collections timed, once started
         self._close_metrics: Callable[[], None] | None = None
         self._stopped = threading.Event()
         self._stopping = False
@@ -142,6 +149,8 @@ class PlannerServer:
         """Start serving (and the health port and the metrics endpoint, if configured)."""
         self._call(self.server.start())
         self._trim = asyncio.run_coroutine_threadsafe(trim_periodically(_TRIM_S), self.loop)
+        self._lag = asyncio.run_coroutine_threadsafe(watch_loop_lag(self.metrics), self.loop)
+        self._unwatch_gc = watch_collections(self.metrics)
         if self.health_server is not None:
             self._call(self.health_server.start())
         if self.http is not None:
@@ -180,13 +189,12 @@ class PlannerServer:
         return self._stopped
 
     def reload(self) -> None:
-        """Read the certificates (at the next handshake) and the token file again."""
+        """Read the certificates (at the next handshake, on both ports) and the token file
+        again."""
         if self.certificates is not None:
             self.certificates.reload()
         if self.tokens is not None:
             self.tokens.reload()
-        if self.http is not None:
-            self.http.reload()
 
     # --- on the event loop ------------------------------------------------------------------
 
@@ -233,7 +241,7 @@ class PlannerServer:
         if s.http_port is not None:  # the same servicers, as JSON over HTTP, and the page
             from meshplan.server.http.site import HttpSite
 
-            self.http = HttpSite(s, self.runtime, servicers, self.tokens)
+            self.http = HttpSite(s, self.runtime, servicers, self.tokens, self.certificates)
             self.http_port = self.http.bind()
         return port
 
@@ -253,6 +261,10 @@ class PlannerServer:
     async def _shutdown(self, grace: float | None) -> None:
         if self._trim is not None:
             self._trim.cancel()
+        if self._lag is not None:
+            self._lag.cancel()
+        if self._unwatch_gc is not None:
+            self._unwatch_gc()
         self.health.drain()
         self.runtime.draining = True
         await self.server.stop(grace)
@@ -299,7 +311,7 @@ def serve(settings: Settings, ready: threading.Event | None = None) -> int:
     # A thread converting a large request holds the GIL; the event loop asks for it back after
     # this long (CPython's default is 5 ms: health checks then waited tens of ms behind it).
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    frozen = freeze_startup_heap()  # shorter full GC passes: the event loop stalls less
+    frozen = freeze_startup_heap()  # shorter and fewer full GC passes: the loop stalls less
     keep_freed_heap()  # solves on this process's threads (--solver-processes 0) reuse the heap
     log.debug("%d start-up objects frozen out of the garbage collector's passes", frozen)
     stop = threading.Event()

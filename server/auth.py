@@ -9,6 +9,7 @@ by its peer address: the unit of the per-caller limits.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -35,6 +36,11 @@ def bearer(metadata: Any) -> str | None:
         if key == AUTHORIZATION and isinstance(value, str) and value.lower().startswith(_BEARER):
             return value[len(_BEARER) :].strip()
     return None
+
+
+def refusal(token: str | None) -> str:
+    """Why a call without a valid token is refused, in the words both transports send."""
+    return "a bearer token is required" if not token else "the bearer token is not valid"
 
 
 def caller_of(metadata: Any, peer: str, verified: bool) -> str:
@@ -107,7 +113,8 @@ class TokenSet:
         return ok
 
 
-Rejected = Callable[[str, str], None]  # (method, caller) of a call refused for its token
+# (method, peer) of a call refused for its token -> seconds its refusal waits (Runtime.refused)
+Rejected = Callable[[str, str], float]
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
@@ -132,8 +139,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         token = bearer(metadata)
         if self.tokens.valid(token):
             return handler
-        why = "a bearer token is required" if not token else "the bearer token is not valid"
-        return _refusal(handler, details.method, why, self.on_reject)
+        return _refusal(handler, details.method, refusal(token), self.on_reject)
 
 
 def _refusal(
@@ -142,7 +148,9 @@ def _refusal(
     """A handler of the same kind that reads the request as raw bytes and refuses the call."""
 
     async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
-        on_reject(method, context.peer())
+        delay = on_reject(method, context.peer())
+        if delay:
+            await asyncio.sleep(delay)
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
 
     async def refuse_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -62,6 +62,7 @@ class CallState:
     started: float = field(default_factory=time.monotonic)
     stop: threading.Event = field(default_factory=StopEvent)  # read by solves (forwarded)
     solve_s: float = 0.0
+    transport: str = "grpc"  # or "http": the metrics' label
 
     def remaining(self) -> float:
         """Seconds until the call's deadline."""

@@ -6,7 +6,10 @@ conventions (https://prometheus.io/docs/practices/naming/): base units, `_total`
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +27,33 @@ from prometheus_client.registry import Collector
 
 # Seconds: health checks and catalog calls (ms) up to long solves and batches (minutes).
 _BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
+_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+LAG_EVERY_S = 0.1  # the event loop's lag is sampled this often
+
+
+def watch_collections(metrics: Metrics) -> Callable[[], None]:
+    """Observe every garbage collection's wall time in `metrics.gc_pause` (gc.callbacks);
+    returns the function that stops it."""
+    started: dict[str, float] = {}
+    children = [metrics.gc_pause.labels(str(g)) for g in range(3)]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started["t"] = time.perf_counter()
+        elif "t" in started:
+            children[info["generation"]].observe(time.perf_counter() - started.pop("t"))
+
+    gc.callbacks.append(callback)
+    return lambda: gc.callbacks.remove(callback) if callback in gc.callbacks else None
+
+
+async def watch_loop_lag(metrics: Metrics, every_s: float = LAG_EVERY_S) -> None:
+    """Observe, until cancelled, how late a sleep of `every_s` on the running loop wakes."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + every_s
+        await asyncio.sleep(every_s)
+        metrics.loop_lag.observe(max(loop.time() - due, 0.0))
 
 
 class Metrics:
@@ -36,14 +66,14 @@ class Metrics:
         r = self.registry
         self.calls = Counter(
             "meshplan_calls",
-            "Calls finished, by method and gRPC status code.",
-            ["method", "code"],
+            "Calls finished, by method, gRPC status code and transport (grpc, http).",
+            ["method", "code", "transport"],
             registry=r,
         )
         self.call_seconds = Histogram(
             "meshplan_call_duration_seconds",
-            "Wall time of a call, from arrival to answer, by method.",
-            ["method"],
+            "Wall time of a call, from arrival to answer, by method and transport.",
+            ["method", "transport"],
             buckets=_BUCKETS,
             registry=r,
         )
@@ -63,8 +93,9 @@ class Metrics:
         )
         self.rejected = Counter(
             "meshplan_rejected_calls",
-            "Calls refused with RESOURCE_EXHAUSTED (overload or a per-caller limit), by method.",
-            ["method"],
+            "Calls refused with RESOURCE_EXHAUSTED (overload or a per-caller limit), by method "
+            "and transport.",
+            ["method", "transport"],
             registry=r,
         )
         self.solves_in_flight = Gauge(
@@ -79,6 +110,21 @@ class Metrics:
         self.calls_waiting = Gauge(
             "meshplan_calls_waiting",
             "Planner calls waiting their turn for admission.",
+            registry=r,
+        )
+        self.loop_lag = Histogram(
+            "meshplan_event_loop_lag_seconds",
+            f"How late the event loop ran a callback due every {LAG_EVERY_S:g} s (seconds): what "
+            "a health check or an answer waits behind the loop's other work, the GIL or the CPU.",
+            buckets=_LAG_BUCKETS,
+            registry=r,
+        )
+        self.gc_pause = Histogram(
+            "meshplan_gc_pause_seconds",
+            "Wall time of one garbage collection in the server process, by generation "
+            "(seconds): it holds the GIL, so the event loop waits it out.",
+            ["generation"],
+            buckets=_LAG_BUCKETS,
             registry=r,
         )
         self._children: dict[tuple[object, ...], Any] = {}

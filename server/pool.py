@@ -15,85 +15,69 @@ keeps its next item there). Stops reach such a call alone (they name its message
 as does a worker that ends or is killed with a call queued (only the running call fails).
 
 Workers are spawned (a fork would copy the server's gRPC and OR-Tools threads mid-flight) by one
-"courier" thread each, off the event loop, warm up (import the solver, solve one small plan,
-gc.freeze), and then serve until their pipe closes: they also end if the server dies. A worker
-that dies mid-solve (killed, out of memory, a crash in native code) is replaced by its courier,
-and its call fails with `WorkerLost`; a worker that does not end within `kill_after_s` of a stop
-is killed and replaced the same way, so a stop always ends the solve. Each worker keeps its own
-caches (solver/cache.py): they warm per process. The worker's side is server/worker.py.
+"courier" thread each (server/courier.py), off the event loop, warm up (import the solver, solve
+one small plan, gc.freeze), and then serve until their pipe closes: they also end if the server
+dies. A worker that dies mid-solve (killed, out of memory, a crash in native code) is replaced by
+its courier, and its call fails with `WorkerLost`; a worker that does not end within
+`kill_after_s` of a stop is killed and replaced the same way, so a stop always ends the solve; a
+worker that does not answer its courier's ping within `answer_s` (stopped) is killed and
+replaced, and its call started again (`Recalled`). Each worker keeps its own caches
+(solver/cache.py): they warm per process. The worker's side is server/worker.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-import multiprocessing
-import os
-import queue
-import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-from meshplan.server.dispatch import StopEvent
-from meshplan.server.worker import worker_main
+from meshplan.server.courier import END, START_TIMEOUT_S, Courier
+from meshplan.server.tasks import (
+    Recalled,
+    Task,
+    WorkerLost,
+    call_soon,
+    one_thread_per_library,
+    settle_from_any_thread,
+)
 
-log = logging.getLogger("meshplan.server")
+__all__ = ["ProcessRunner", "Recalled", "WorkerLost", "one_thread_per_library"]
+
 T = TypeVar("T")
 
 KILL_AFTER_S = 10.0  # a solve still running this long after its stop: its process is killed
-_START_TIMEOUT_S = 300.0  # spawn, import and warm-up of one worker, under load
-_POLL_STOP_S = 0.05  # how often a stop event that is not a StopEvent is looked at
-
-
-class WorkerLost(Exception):
-    """The worker process running a call ended before answering (it has been replaced)."""
-
-
-class Recalled(Exception):
-    """A call queued behind another one in a worker's pipe was taken back before it started
-    (recalled, or its worker ended first): it has not run, and may be started again."""
-
-
-def _nothing() -> None:
-    pass
-
-
-@dataclass
-class _Task:
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    stop: threading.Event
-    future: asyncio.Future[Any]
-    loop: asyncio.AbstractEventLoop
-    seq: int = 0  # its message number on its worker's pipe (0: not sent)
-    forget_stop: Callable[[], None] = _nothing
-    recall_sent: bool = False
+HEARTBEAT_S = 1.0  # a courier pings its worker after this long without another order
+ANSWER_S = 3.0  # an idle worker that has not answered a ping within this long is replaced
 
 
 class ProcessRunner:
     """SolveRunner over `processes` spawned worker processes (see the module docstring)."""
 
     def __init__(
-        self, processes: int, *, warm: bool = True, kill_after_s: float = KILL_AFTER_S
+        self,
+        processes: int,
+        *,
+        warm: bool = True,
+        kill_after_s: float = KILL_AFTER_S,
+        heartbeat_s: float = HEARTBEAT_S,
+        answer_s: float = ANSWER_S,
     ) -> None:
         self.processes = processes
         self.kill_after_s = kill_after_s
+        self.heartbeat_s, self.answer_s = heartbeat_s, answer_s
         self._lock = threading.Lock()  # guards _pending, _idle and each courier's `current`
-        self._pending: deque[_Task] = deque()  # started, waiting for an idle worker
-        self._idle: list[_Courier] = []  # workers without a call (started, or failed to)
+        self._pending: deque[Task] = deque()  # started, waiting for an idle worker
+        self._idle: list[Courier] = []  # workers without a call (started, or failed to)
         self._closed = False
-        self._couriers = [_Courier(self, i, warm) for i in range(processes)]
+        self._couriers = [Courier(self, i, warm) for i in range(processes)]
 
     def start(self, fn: Callable[..., T], *args: Any, stop: threading.Event) -> asyncio.Future[T]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        task = _Task(fn, args, stop, future, loop)
+        task = Task(fn, args, stop, future, loop)
         with self._lock:
             if self._closed:
                 future.set_exception(WorkerLost("the solver pool is shut down"))
@@ -125,7 +109,7 @@ class ProcessRunner:
             if self._closed or courier is None or courier.current.loop is not loop:  # type: ignore[union-attr]
                 return None
             future: asyncio.Future[T] = loop.create_future()
-            task = _Task(fn, args, stop, future, loop)
+            task = Task(fn, args, stop, future, loop)
             courier.standby = task
         courier.queue(task)
         return future
@@ -152,7 +136,7 @@ class ProcessRunner:
             for c in self._couriers
         )
 
-    def wait_ready(self, timeout: float = _START_TIMEOUT_S) -> int:
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> int:
         """Wait until every worker has started and warmed up; the number ready."""
         end = time.monotonic() + timeout
         for courier in self._couriers:
@@ -178,11 +162,11 @@ class ProcessRunner:
                     pending.append(courier.standby)
                     courier.standby = None
         for task in pending:
-            _settle_from_any_thread(task, False, WorkerLost("the solver pool is shut down"))
+            settle_from_any_thread(task, False, WorkerLost("the solver pool is shut down"))
         for task in running:
             task.stop.set()  # its courier ends the worker when the answer is in
         for courier in idle:
-            courier.orders.put(_END)
+            courier.orders.put(END)
 
     def join(self, timeout: float = 10.0) -> None:
         """Wait for the couriers and their processes to end (after close)."""
@@ -190,7 +174,7 @@ class ProcessRunner:
         for courier in self._couriers:
             courier.thread.join(max(end - time.monotonic(), 0))
 
-    def _free(self, courier: _Courier) -> None:
+    def _free(self, courier: Courier) -> None:
         """`courier` has no call (from any thread): give it the next pending task, if any."""
         with self._lock:
             if self._closed:
@@ -202,353 +186,8 @@ class ProcessRunner:
                 self._idle.append(courier)
                 return
         if task is None:
-            courier.orders.put(_END)
+            courier.orders.put(END)
         elif asyncio._get_running_loop() is task.loop:
             courier.begin(task)
         else:
-            _call_soon(task.loop, courier.begin, task)
-
-
-_SPAWN, _END = "spawn", "end"  # orders to a courier thread (besides a task to spawn for)
-
-
-class _Courier:
-    """One worker process: its pipes, its call, and the thread that (re)spawns it."""
-
-    def __init__(self, runner: ProcessRunner, index: int, warm: bool) -> None:
-        self.runner = runner
-        self.index = index
-        self.warm = warm
-        self.ready = threading.Event()
-        self.proc: multiprocessing.process.BaseProcess | None = None
-        self.conn: Connection | None = None
-        self.ctrl: Connection | None = None
-        self.ctrl_lock = threading.Lock()
-        self.seq = 0
-        self.current: _Task | None = None  # the call being sent or solved (runner._lock)
-        self.standby: _Task | None = None  # a call queued behind it in the pipe (runner._lock)
-        self.watching: asyncio.AbstractEventLoop | None = None  # the loop reading the pipe
-        self.kill_timer: asyncio.TimerHandle | None = None
-        self.orders: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._run, name=f"meshplan-courier-{index}")
-        self.thread.daemon = True
-        self.thread.start()
-        self.orders.put(_SPAWN)
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None and self.ready.is_set() else None
-
-    # --- on the event loop of the call ------------------------------------------------------
-
-    def begin(self, task: _Task) -> None:
-        """Send `task` to the idle worker and watch its pipe for the answer (on task.loop)."""
-        if self.conn is None or self.proc is None or not self.proc.is_alive():
-            self.ready.clear()  # not started, failed to, or ended while idle: spawn first
-            self.orders.put(task)
-            return
-        if self._send(task):
-            self.watching = task.loop
-            task.loop.add_reader(self.conn.fileno(), self._readable)
-        else:
-            self._fail_unsent(task)
-
-    def queue(self, task: _Task) -> None:
-        """Send `task` (runner.start_behind made it `standby`) behind the current call."""
-        if not self._send(task):
-            with self.runner._lock:
-                if self.standby is task:
-                    self.standby = None
-            _settle(task.future, False, Recalled("its worker could not take it"))
-
-    def _send(self, task: _Task) -> bool:
-        """Pipe `task` to the worker and forward its stop; False if it could not be sent."""
-        assert self.conn is not None
-        self.seq += 1
-        task.seq = self.seq
-        try:
-            self.conn.send((task.seq, task.fn, task.args))
-        except OSError:  # the pipe broke: the process is gone
-            task.seq = 0
-            return False
-        except Exception as err:  # noqa: BLE001  not picklable: this call's error, not the pool's
-            task.seq = 0
-            _settle(task.future, False, TypeError(f"the solve cannot be sent to a worker: {err}"))
-            return False
-        if isinstance(task.stop, StopEvent):
-            task.forget_stop = task.stop.on_set(lambda: self._stopped(task))
-        else:
-            task.loop.call_later(_POLL_STOP_S, self._poll_stop, task)
-        return True
-
-    def _fail_unsent(self, task: _Task) -> None:
-        """`begin` could not send: a broken pipe is a lost worker, else the call failed alone."""
-        if task.future.done():  # not picklable: answered; the worker is free
-            with self.runner._lock:
-                self.current = None
-            self.runner._free(self)
-            return
-        with self.runner._lock:
-            self.current = None
-        self.ready.clear()
-        self.orders.put(("before it received the request", task, None))
-
-    def _readable(self) -> None:
-        assert self.conn is not None
-        task = self.current
-        if task is None:  # an answer nobody waits for (asked back at shutdown)
-            self._unwatch()
-            return
-        try:
-            got, ok, value = self.conn.recv()
-        except (EOFError, OSError):
-            self._lose(task, "during the solve")
-            return
-        except Exception as err:  # noqa: BLE001  the answer did not unpickle
-            got, ok, value = (
-                task.seq,
-                False,
-                RuntimeError(f"the worker's answer could not be read: {err}"),
-            )
-        if got != task.seq:  # an answer to an earlier, abandoned message: not possible, skip
-            return
-        if ok is None:
-            ok, value = False, Recalled("it was asked back before it started")
-        self._next(task)
-        _settle(task.future, ok, value)
-
-    def _next(self, task: _Task) -> None:
-        """`task` has ended: the call queued behind it (if any) is now the worker's; else the
-        worker is free."""
-        task.forget_stop()
-        if self.kill_timer is not None:
-            self.kill_timer.cancel()
-            self.kill_timer = None
-        with self.runner._lock:
-            following, self.standby = self.standby, None
-            self.current = following
-        if following is None:
-            self._unwatch()
-            self.runner._free(self)
-        elif following.stop.is_set():
-            self._arm_kill(following)
-
-    def _unwatch(self) -> None:
-        if self.conn is not None and self.watching is not None:
-            self.watching.remove_reader(self.conn.fileno())
-        self.watching = None
-
-    def _lose(self, task: _Task, when: str) -> None:
-        """The worker is gone: its courier reaps and replaces it, then fails the call (the one
-        queued behind it never started: Recalled)."""
-        task.forget_stop()
-        self._unwatch()
-        with self.runner._lock:
-            following, self.standby = self.standby, None
-            self.current = None
-        if following is not None:
-            following.forget_stop()
-        self.ready.clear()
-        self.orders.put((when, task, following))
-
-    def _stopped(self, task: _Task) -> None:  # from any thread
-        self.send_ctrl(("stop", task.seq))
-        _call_soon(task.loop, self._arm_kill, task)
-
-    def _poll_stop(self, task: _Task) -> None:
-        if self.current is not task and self.standby is not task:
-            return
-        if task.stop.is_set():
-            self._stopped(task)
-        else:
-            task.loop.call_later(_POLL_STOP_S, self._poll_stop, task)
-
-    def _arm_kill(self, task: _Task) -> None:
-        if self.current is task and self.kill_timer is None:
-            self.kill_timer = task.loop.call_later(self.runner.kill_after_s, self._kill_stuck, task)
-
-    def _kill_stuck(self, task: _Task) -> None:
-        self.kill_timer = None
-        if self.current is not task:
-            return
-        if self.proc is not None:
-            log.warning(
-                "solver process %d (pid %s) did not stop within %g s of being asked to "
-                "(stopped, or stuck in native code); killing and replacing it",
-                self.index,
-                self.proc.pid,
-                self.runner.kill_after_s,
-            )
-            self.proc.kill()
-        task.forget_stop()
-        self._unwatch()
-        with self.runner._lock:
-            following, self.standby = self.standby, None
-            self.current = None
-        self.ready.clear()
-        _settle(
-            task.future,
-            False,
-            WorkerLost(
-                f"the solve did not stop within {self.runner.kill_after_s:g} s of being asked "
-                f"to, so its worker process was killed and replaced"
-            ),
-        )
-        if following is not None:
-            following.forget_stop()
-            _settle(following.future, False, Recalled("its worker was replaced"))
-        self.orders.put(_SPAWN)  # reaped and replaced, then free again
-
-    def send_ctrl(self, message: tuple[str, int]) -> None:
-        """A stop or a recall for the call numbered message[1] (from any thread)."""
-        with self.ctrl_lock:
-            if self.ctrl is not None:
-                with contextlib.suppress(OSError):  # the process is gone: the reader sees it
-                    self.ctrl.send(message)
-
-    # --- the courier thread -----------------------------------------------------------------
-
-    def _run(self) -> None:
-        while True:
-            order = self.orders.get()
-            if order == _END:
-                break
-            if isinstance(order, tuple):  # the worker died under `task` (`following` unstarted)
-                when, task, following = order
-                err = self._reap(when)
-                _settle_from_any_thread(task, False, err)
-                if following is not None:
-                    _settle_from_any_thread(following, False, Recalled("its worker ended"))
-                order = _SPAWN
-            if self.runner._closed:
-                if isinstance(order, _Task):
-                    _settle_from_any_thread(
-                        order, False, WorkerLost("the solver pool is shut down")
-                    )
-                break
-            self._reap_if_gone()
-            try:
-                self._spawn()
-            except Exception as err:  # noqa: BLE001  retried at the next call
-                log.error("solver process %d did not start: %s", self.index, err)
-                if isinstance(order, _Task):
-                    with self.runner._lock:
-                        self.current = None
-                    lost = WorkerLost(f"no solver process could be started: {err}")
-                    _settle_from_any_thread(order, False, lost)
-                self.runner._free(self)
-                continue
-            if isinstance(order, _Task):
-                _call_soon(order.loop, self.begin, order)
-            else:
-                self.runner._free(self)
-        self._end()
-
-    def _reap(self, when: str) -> WorkerLost:
-        proc = self.proc
-        code = None
-        if proc is not None:
-            proc.join(1.0)
-            code = proc.exitcode
-        how = (
-            f"killed by {signal.Signals(-code).name}"
-            if code is not None and code < 0 and -code in signal.valid_signals()
-            else f"exit code {code}"
-        )
-        log.warning("solver process %d ended %s (%s); replacing it", self.index, when, how)
-        self._close_pipes()
-        self.proc = None
-        return WorkerLost(f"the solver process running this request ended ({how}); it was replaced")
-
-    def _reap_if_gone(self) -> None:
-        """A process killed (or ended) before this spawn: reaped and its pipes closed."""
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.join(5.0)
-        self._close_pipes()
-        self.proc = None
-
-    def _spawn(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe(duplex=True)
-        ctrl_read, ctrl_write = ctx.Pipe(duplex=False)
-        proc = ctx.Process(
-            target=worker_main,
-            args=(child, ctrl_read, self.warm),
-            name=f"meshplan-solver-{self.index}",
-            daemon=True,
-        )
-        with one_thread_per_library():
-            proc.start()
-        child.close()
-        ctrl_read.close()
-        self.proc, self.conn = proc, parent
-        with self.ctrl_lock:
-            self.ctrl = ctrl_write
-        if not parent.poll(_START_TIMEOUT_S):
-            self._reap_if_gone()
-            raise RuntimeError(f"not ready within {_START_TIMEOUT_S:g} s")
-        try:
-            parent.recv()  # ("ready", pid)
-        except (EOFError, OSError) as err:
-            self._reap("while starting")
-            raise RuntimeError("it ended while starting") from err
-        self.ready.set()
-
-    def _close_pipes(self) -> None:
-        with self.ctrl_lock:
-            for conn in (self.conn, self.ctrl):
-                if conn is not None:
-                    conn.close()
-            self.conn = self.ctrl = None
-
-    def _end(self) -> None:
-        proc = self.proc
-        self._close_pipes()  # the worker reads EOF and exits
-        if proc is not None:
-            proc.join(5.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(1.0)
-        self.proc = None
-        self.ready.clear()
-
-
-# Each worker is one solve on one core: a BLAS or OpenMP pool of a thread per CPU in every worker
-# only contends with the other workers. Measured here (80 plans of the throughput suite, 2 CPUs
-# shared with other jobs): one worker took 12.8-13.9 s with OpenBLAS's default threads and
-# 8.1-9.5 s with one. An operator's own setting of these variables is kept.
-_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-_ENVIRON_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def one_thread_per_library() -> Iterator[None]:
-    """The environment a worker is spawned with: one thread per numeric library, unless set."""
-    with _ENVIRON_LOCK:
-        added = [k for k in _THREAD_VARIABLES if k not in os.environ]
-        for key in added:
-            os.environ[key] = "1"
-        try:
-            yield
-        finally:
-            for key in added:
-                os.environ.pop(key, None)
-
-
-def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if future.done():
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
-
-
-def _settle_from_any_thread(task: _Task, ok: bool, value: Any) -> None:
-    _call_soon(task.loop, _settle, task.future, ok, value)
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
-    with contextlib.suppress(RuntimeError):  # the loop closed: no one is waiting
-        loop.call_soon_threadsafe(fn, *args)
+            call_soon(task.loop, courier.begin, task)

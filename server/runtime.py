@@ -4,7 +4,8 @@ metrics, and the mapping of every failure to a status (an unexpected exception i
 the request id, logged in one line, its text never sent to the caller).
 
 Servicers (the Planner's, and any other meshplan service) hold one Runtime and call
-`unary(...)` / `stream(...)` with a body, and `solve(call, fn, ...)` inside it.
+`unary(...)` / `stream(...)` with a body, and `solve(call, fn, ...)` inside it. A call reaches
+the runtime through server.context.CallContext: gRPC's context (adapted) or the HTTP front end's.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import logging
 import time
 import traceback
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -20,25 +22,28 @@ from typing import Any, TypeVar
 import grpc
 
 from meshplan.server.auth import caller_of
+from meshplan.server.context import CallContext, call_context
 from meshplan.server.dispatch import SolveRunner, ThreadRunner
 from meshplan.server.limits import (
-    REQUEST_ID_KEY,
     Admission,
     CallState,
     FairSlots,
     RpcFailure,
+    peer_address,
     request_id,
 )
 from meshplan.server.logs import FIELDS
 from meshplan.server.metrics import Metrics
 from meshplan.server.settings import Settings
 from meshplan.server.solves import Solve, Solves
-from meshplan.server.validate import bad_request_status, shorten
+from meshplan.server.validate import shorten
 
 log = logging.getLogger("meshplan.server")
 T = TypeVar("T")
-BATCH_CLOSE_S = 1.0
-REFUSED_LINES_PER_S = 10  # log lines a second for calls refused for their token  # the end of a drain's grace kept for batches to answer their other items
+BATCH_CLOSE_S = 1.0  # the end of a drain's grace kept for batches to answer their other items
+REFUSED_LINES_PER_S = 10  # log lines a second for calls refused for their token
+FREE_REFUSALS_PER_S = 10  # refusals a second one address gets at once; past it, each waits
+REFUSAL_DELAY_S = 0.25  # ... this long (as a login's fail delay): a looping caller slows down
 
 Body = Callable[[Any, CallState], Awaitable[Any]]
 StreamBody = Callable[[Any, CallState], AsyncIterator[Any]]
@@ -63,6 +68,8 @@ class Runtime(Solves):
         self.slots.on_wait = self._recall
         self._behind: set[Solve] = set()  # queued behind a running solve, not yet started
         self._refused_window, self._refused_lines, self._refused_unlogged = 0.0, 0, 0
+        self._refused_by: Counter[str] = Counter()  # refusals by address, this second
+        self.refusal_delay_s = REFUSAL_DELAY_S
         self.draining = False
         self.on_close: set[Callable[[], None]] = set()  # called when the grace nearly ends
         self.idle = asyncio.Event()  # set whenever no admitted call is in progress
@@ -70,33 +77,38 @@ class Runtime(Solves):
 
     # --- one call ---------------------------------------------------------------------------
 
-    def open_call(self, method: str, context: grpc.aio.ServicerContext) -> CallState:
-        """The call's id (echoed in the trailers), caller, deadline (capped) and stop event."""
+    def open_call(self, method: str, context: CallContext) -> CallState:
+        """The call's id (echoed with its answer), caller, deadline (capped) and stop event."""
         metadata = context.invocation_metadata()
         call = self.new_call(
             method,
             caller_of(metadata, context.peer(), self.settings.auth_token_file is not None),
             context.time_remaining(),
             request_id(metadata),
+            context.transport,
         )
-        context.add_done_callback(lambda _: call.stop.set())  # cancelled, or ended
-        # Trailing, not initial, metadata: response headers would commit the call and stop the
-        # client's retry policy from moving it to another replica if this one dies mid-solve.
-        context.set_trailing_metadata(((REQUEST_ID_KEY, call.request_id),))
+        context.on_done(call.stop.set)  # cancelled, or ended
+        context.echo_request_id(call.request_id)
         return call
 
     def new_call(
-        self, method: str, caller: str, remaining_s: float | None, request_id: str
+        self,
+        method: str,
+        caller: str,
+        remaining_s: float | None,
+        request_id: str,
+        transport: str = "grpc",
     ) -> CallState:
-        """A call's state from any front end (gRPC: `open_call`; JSON over HTTP): its caller
-        (a verified token's `auth.caller_of`, else the peer address), its deadline capped by
-        max_deadline_s (None: the cap), and its id."""
+        """A call's state: its caller (a verified token's `auth.caller_of`, else the peer
+        address), its deadline capped by max_deadline_s (None: the cap), its id and its
+        transport."""
         limit = self.settings.max_deadline_s
         return CallState(
             method=method,
             request_id=request_id,
             caller=caller,
             deadline=time.monotonic() + (limit if remaining_s is None else min(remaining_s, limit)),
+            transport=transport,
         )
 
     def close_call(
@@ -113,10 +125,10 @@ class Runtime(Solves):
             status = failure.code.name
         elapsed = time.monotonic() - call.started
         m = self.metrics
-        m.child(m.calls, call.method, status).inc()
-        m.child(m.call_seconds, call.method).observe(elapsed)
+        m.child(m.calls, call.method, status, call.transport).inc()
+        m.child(m.call_seconds, call.method, call.transport).observe(elapsed)
         if status == "RESOURCE_EXHAUSTED":
-            m.child(m.rejected, call.method).inc()
+            m.child(m.rejected, call.method, call.transport).inc()
         level = logging.ERROR if error is not None else logging.INFO
         if not log.isEnabledFor(level):  # the line's fields are not even built
             return
@@ -124,6 +136,7 @@ class Runtime(Solves):
             "method": call.method,
             "request_id": call.request_id,
             "caller": call.caller,
+            "transport": call.transport,
             "status": status,
             "solve_s": round(call.solve_s, 3),
             "call_s": round(elapsed, 3),
@@ -142,29 +155,37 @@ class Runtime(Solves):
             extra={FIELDS: fields},
         )
 
-    def refused(self, method: str, peer: str) -> None:
-        """Count a call refused before it was parsed (no valid token), and log it: at most
-        REFUSED_LINES_PER_S lines a second, the next line saying how many went unlogged (a
-        caller looping on made-up tokens must not turn the event loop into a log writer)."""
+    def refused(self, method: str, peer: str, transport: str = "grpc") -> float:
+        """Count a call refused before it was parsed (no valid token) and log it; the seconds
+        its refusal waits before it is sent. At most REFUSED_LINES_PER_S lines a second, the
+        next line saying how many went unlogged; past FREE_REFUSALS_PER_S refusals a second
+        from one address, each waits REFUSAL_DELAY_S (a caller looping on made-up
+        tokens must turn the event loop into neither a log writer nor a refusal writer)."""
         name = method.rsplit("/", 1)[-1]
-        self.metrics.child(self.metrics.calls, name, "UNAUTHENTICATED").inc()
+        self.metrics.child(self.metrics.calls, name, "UNAUTHENTICATED", transport).inc()
         now = time.monotonic()
         if now - self._refused_window >= 1.0:
             self._refused_window, self._refused_lines = now, 0
+            self._refused_by.clear()
+        address = peer_address(peer)
+        self._refused_by[address] += 1
+        over = self._refused_by[address] > FREE_REFUSALS_PER_S
+        delay = self.refusal_delay_s if over else 0.0
         if self._refused_lines >= REFUSED_LINES_PER_S:
             self._refused_unlogged += 1
-            return
+            return delay
         self._refused_lines += 1
-        fields = {"method": name, "status": "UNAUTHENTICATED", "peer": peer}
+        fields = {"method": name, "status": "UNAUTHENTICATED", "peer": peer, "transport": transport}
         if self._refused_unlogged:
             fields["unlogged_before"] = self._refused_unlogged
             self._refused_unlogged = 0
         log.info("method=%s status=UNAUTHENTICATED", name, extra={FIELDS: fields})
+        return delay
 
     async def unary(
         self,
         method: str,
-        context: grpc.aio.ServicerContext,
+        context: CallContext | grpc.aio.ServicerContext,
         request: Any,
         body: Body,
         *,
@@ -172,6 +193,7 @@ class Runtime(Solves):
         batch_requests: int = 0,
     ) -> Any:
         """Run `body(request, call)` for a unary call under every limit; failures -> status."""
+        context = call_context(context)
         call = self.open_call(method, context)
         answer, failure = await self.run(
             call, request, body, admit=admit, batch_requests=batch_requests
@@ -220,7 +242,7 @@ class Runtime(Solves):
     async def stream(
         self,
         method: str,
-        context: grpc.aio.ServicerContext,
+        context: CallContext | grpc.aio.ServicerContext,
         request: Any,
         body: StreamBody,
         *,
@@ -228,6 +250,7 @@ class Runtime(Solves):
     ) -> AsyncIterator[Any]:
         """Stream `body(request, call)`'s answers under every limit (the body keeps to the
         call's deadline itself: a timeout cannot span the yields of a generator)."""
+        context = call_context(context)
         call = self.open_call(method, context)
         status, error, failure = "OK", None, None
         try:
@@ -267,19 +290,11 @@ class Runtime(Solves):
                 self.idle.set()
 
     async def abort(
-        self, context: grpc.aio.ServicerContext, call: CallState, failure: RpcFailure | None
+        self, context: CallContext, call: CallState, failure: RpcFailure | None
     ) -> None:
-        """End the call with `failure`'s status (field violations as google.rpc.BadRequest)."""
-        if failure is None:
-            return
-        request = ((REQUEST_ID_KEY, call.request_id),)
-        message = shorten(failure.message, 1000)
-        if failure.violations:
-            status = bad_request_status(failure.violations, message)
-            await context.abort(
-                status.code, status.details, tuple(status.trailing_metadata) + request
-            )
-        await context.abort(failure.code, message, request)
+        """End the call with `failure`'s status, in its transport's way (None: nothing)."""
+        if failure is not None:
+            await context.fail(call, failure)
 
     async def drain(self, grace_s: float) -> bool:
         """Refuse new calls; wait up to `grace_s` for the admitted ones. True if all finished.

@@ -14,7 +14,7 @@ import grpc
 from meshplan.server.dispatch import SolveRunner
 from meshplan.server.limits import CallState, FairSlots, RpcFailure
 from meshplan.server.metrics import Metrics
-from meshplan.server.pool import Recalled, WorkerLost
+from meshplan.server.tasks import Recalled, WorkerLost
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
-"""The solver worker process's side of server/pool.py: warm up, say ready, then run one call at a
+"""The solver worker process's side of server/pool.py and server/courier.py: warm up, say ready, then run one call at a
 time from the pipe, answer it, settle the heap (server/memory.py) and wait for the next. A
-second pipe carries the server's stops (set the running call's event) and recalls (a call
-queued behind the running one is answered `None` instead of being run)."""
+second pipe carries the server's stops (set the running call's event), recalls (a call queued
+behind the running one is answered `None` instead of being run) and pings (answered at once); the worker also says there which call it took off its pipe."""
 
 from __future__ import annotations
 
@@ -34,14 +34,19 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
     with contextlib.suppress(OSError):  # solves yield the CPU to the server's event loop
         os.nice(WORKER_NICENESS)
     lock = threading.Lock()
+    sending = threading.Lock()  # ctrl carries pongs (listener) and "took" (this thread)
     state: dict[str, Any] = {"seq": 0, "event": None}
     stopped: set[int] = set()  # calls told to stop (the running one, or one queued behind it)
     recalled: set[int] = set()  # queued calls asked back before they start
 
-    def listen() -> None:  # stops and recalls from the server
+    def listen() -> None:  # stops and recalls from the server, and its pings
         while True:
             try:
                 kind, seq = ctrl.recv()
+                if kind == "ping":  # the server's heartbeat (server/courier.py): still here
+                    with sending:
+                        ctrl.send(("pong", seq))
+                    continue
             except (EOFError, OSError):
                 return
             with lock:
@@ -68,6 +73,8 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
             seq, fn, args = conn.recv()
         except (EOFError, OSError):
             return
+        with sending, contextlib.suppress(OSError):  # the courier's heartbeat reads it
+            ctrl.send(("took", seq))
         event = threading.Event()
         with lock:
             state["seq"], state["event"] = seq, event
@@ -79,6 +86,8 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
                 recalled.discard(done)
         if asked_back:  # never started: the server starts it again when it is its turn
             conn.send((seq, None, None))
+            with sending, contextlib.suppress(OSError):
+                ctrl.send(("settled", seq))
             continue
         try:
             reply: tuple[int, bool, Any] = (seq, True, fn(*args, stop=event))
@@ -96,6 +105,8 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
         if trim is not None and time.monotonic() - trimmed > _TRIM_EVERY_S:
             trim()
             trimmed = time.monotonic()
+        with sending, contextlib.suppress(OSError):  # idle again: the heartbeat's short wait
+            ctrl.send(("settled", seq))
 
 
 def _warm_up() -> None:

@@ -15,7 +15,7 @@ def dp_cap_binds(sp: Space, p: Point) -> bool:
     the weights force (their bytes over the usable memory), times the most replicas the cap
     allows (one sequence each), leaves GPUs over."""
     cap = sp.batch.cap_seqs
-    if not cap:
+    if not cap or sp.cm.ctx.budget <= 0:  # no usable memory: memory binds, not the cap
         return False
     mp_floor = -(-sp.A.total_params * sp.cm.ctx.wb // sp.cm.ctx.budget)
     return sp.H.num_gpus > cap * mp_floor

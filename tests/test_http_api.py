@@ -15,12 +15,13 @@ from pathlib import Path
 import grpc
 import pytest
 import trustme
+from conftest import Pki, _leaf, _write
 from google.protobuf import json_format
 from http_support import Answer, http_server, send
 from test_grpc_server import BAD_INPUTS
 from test_grpc_support import LOOPBACK, big_request, raw_stub, small_request
 from test_scheduler_grpc import CURVE, REPLAN
-from test_service_security import TOKENS, Pki, _leaf, _write
+from test_service_security import TOKENS
 
 from meshplan.client.exceptions import error_from_rpc
 from meshplan.client.scheduler import _message
@@ -319,11 +320,17 @@ def test_http_calls_count_in_the_servers_metrics() -> None:
     with http_server(metrics_port=0) as (base, _, server):
         assert send(f"{base}/v1/plan", PLANS[0]).status == 200
         assert send(f"{base}/v1/plan", {"cluster": {"num_gpus": 8}}).status == 400
+        assert send(f"{base}/page/meta").status == 200  # the page's helpers are calls too
+        assert send(f"{base}/page/hf-config", b"[1]").status == 400
         with urllib.request.urlopen(f"http://{LOOPBACK}:{server.metrics_port}/metrics") as page:
             text = page.read().decode()
-    assert 'meshplan_calls_total{code="OK",method="Plan"} 1.0' in text
-    assert 'meshplan_calls_total{code="INVALID_ARGUMENT",method="Plan"} 1.0' in text
+    assert 'meshplan_calls_total{code="OK",method="Plan",transport="http"} 1.0' in text
+    assert (
+        'meshplan_calls_total{code="INVALID_ARGUMENT",method="Plan",transport="http"} 1.0' in text
+    )
     assert 'meshplan_plans_total{status="OPTIMAL"} 1.0' in text
+    assert 'meshplan_calls_total{code="OK",method="PageMeta",transport="http"} 1.0' in text
+    assert 'meshplan_calls_total{code="INVALID_ARGUMENT",method="PageHfConfig",transport="http"} 1.0' in text  # fmt: skip
 
 
 # --- tokens and TLS -----------------------------------------------------------------------------
@@ -344,7 +351,7 @@ def test_tokens_accepted_missing_wrong_and_nothing_parsed_without_one(tmp_path: 
         assert send(f"{base}/v1/catalog").status == 401
         assert send(f"{base}/page/export", {}).status == 401
         assert send(f"{base}/").status == 200  # the page itself: public code, no data
-        refusals = server.metrics.calls.labels("Plan", "UNAUTHENTICATED")._value.get()
+        refusals = server.metrics.calls.labels("Plan", "UNAUTHENTICATED", "http")._value.get()
         assert refusals == 3
 
 
@@ -353,25 +360,6 @@ def _https(pki: Pki, client: bool = False) -> ssl.SSLContext:
     if client:
         context.load_cert_chain(str(pki.client_cert), str(pki.client_key))
     return context
-
-
-@pytest.fixture()
-def pki(tmp_path: Path) -> Pki:
-    ca, other = trustme.CA(), trustme.CA()
-    cert, key = _leaf(ca, tmp_path, "server", "localhost", "127.0.0.1")
-    client_cert, client_key = _leaf(ca, tmp_path, "client", "client.example")
-    other_cert, other_key = _leaf(other, tmp_path, "intruder", "client.example")
-    return Pki(
-        ca=_write(tmp_path / "ca.pem", ca.cert_pem.bytes()),
-        cert=cert,
-        key=key,
-        client_cert=client_cert,
-        client_key=client_key,
-        other_ca=_write(tmp_path / "other-ca.pem", other.cert_pem.bytes()),
-        other_client_cert=other_cert,
-        other_client_key=other_key,
-        authority=ca,
-    )
 
 
 def test_tls_serves_the_grpc_ports_certificate_and_refuses_plaintext(pki: Pki) -> None:

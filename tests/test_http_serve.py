@@ -98,7 +98,7 @@ def test_a_client_that_goes_away_stops_its_solve() -> None:
         assert _metric(server, "solves_in_flight") == 1
         conn.close()  # gone, without an answer
         deadline = time.monotonic() + 10
-        while _metric(server, "calls", "Plan", "CANCELLED") < 1 or _metric(server, "solves_in_flight"):  # fmt: skip
+        while _metric(server, "calls", "Plan", "CANCELLED", "http") < 1 or _metric(server, "solves_in_flight"):  # fmt: skip
             assert time.monotonic() < deadline, "the solve did not stop"
             time.sleep(0.05)
 

@@ -322,13 +322,16 @@ def test_a_query_counts_as_a_solve_for_limits_deadline_and_metrics(tmp_path: Pat
 
         assert asyncio.run(again()) == first
         m = _scrape(server.metrics_port)
-    assert m['meshplan_calls_total{code="DEADLINE_EXCEEDED",method="ScalingCurve"}'] == 1
-    assert m['meshplan_calls_total{code="OK",method="ScalingCurve"}'] == 2
-    assert m['meshplan_rejected_calls_total{method="Plan"}'] == 1
+    assert (
+        m['meshplan_calls_total{code="DEADLINE_EXCEEDED",method="ScalingCurve",transport="grpc"}']
+        == 1
+    )
+    assert m['meshplan_calls_total{code="OK",method="ScalingCurve",transport="grpc"}'] == 2
+    assert m['meshplan_rejected_calls_total{method="Plan",transport="grpc"}'] == 1
     count = 'meshplan_solve_duration_seconds_count{method="ScalingCurve"}'
     turns = len(_turns(len(first.cells), 1))  # the small curve's, then >= 1 of the big one's
     assert m[count] == solved[count] >= turns + 1  # none on a hit
-    assert m['meshplan_calls_total{code="OK",method="Plan"}'] == 1
+    assert m['meshplan_calls_total{code="OK",method="Plan",transport="grpc"}'] == 1
     assert m["meshplan_solves_in_flight"] == 0 and m["meshplan_solves_queued"] == 0
 
 

@@ -75,6 +75,7 @@ def test_manifests_agree_with_each_other_and_with_the_server() -> None:
     assert ports == {
         "grpc": settings.port,
         "health": settings.health_port,
+        "http": settings.http_port,
         "metrics": settings.metrics_port,
     }
     for probe_name in ("startupProbe", "readinessProbe", "livenessProbe"):
@@ -103,6 +104,7 @@ def test_manifests_agree_with_each_other_and_with_the_server() -> None:
     for spec in services.values():
         assert spec["selector"].items() <= labels.items()
         assert all(p["targetPort"] in ports for p in spec["ports"])
+    assert any(p["targetPort"] == "http" for p in services["meshplan"]["ports"])
     (pdb,) = kinds["PodDisruptionBudget"]
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
     (hpa,) = kinds["HorizontalPodAutoscaler"]
@@ -176,6 +178,7 @@ def test_dockerfile_is_multi_stage_slim_non_root_with_a_health_probe() -> None:
     assert {int(p) for p in exposed.split()} == {
         settings.port,
         settings.health_port,
+        settings.http_port,
         settings.metrics_port,
     }
 

@@ -29,7 +29,7 @@ from meshplan.client.sync import plan_message
 from meshplan.server.cli import add_serve_arguments, settings_from_args
 from meshplan.server.logs import FIELDS, JsonFormatter, TextFormatter
 from meshplan.solver.schema import PlanRequest
-from meshplan.v1 import planner_pb2_grpc
+from meshplan.v1 import planner_pb2, planner_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,15 +92,15 @@ def test_metrics_count_calls_plans_rejections_and_latency() -> None:
             )
         client.list_catalog(timeout=5)
         m = _scrape(server.metrics_port)
-    assert m['meshplan_calls_total{code="OK",method="Plan"}'] == 1
-    assert m['meshplan_calls_total{code="DEADLINE_EXCEEDED",method="Plan"}'] == 2
-    assert m['meshplan_calls_total{code="RESOURCE_EXHAUSTED",method="Plan"}'] == 1
-    assert m['meshplan_calls_total{code="INVALID_ARGUMENT",method="Plan"}'] == 1
-    assert m['meshplan_calls_total{code="OK",method="ListCatalog"}'] == 1
-    assert m['meshplan_rejected_calls_total{method="Plan"}'] == 1
+    assert m['meshplan_calls_total{code="OK",method="Plan",transport="grpc"}'] == 1
+    assert m['meshplan_calls_total{code="DEADLINE_EXCEEDED",method="Plan",transport="grpc"}'] == 2
+    assert m['meshplan_calls_total{code="RESOURCE_EXHAUSTED",method="Plan",transport="grpc"}'] == 1
+    assert m['meshplan_calls_total{code="INVALID_ARGUMENT",method="Plan",transport="grpc"}'] == 1
+    assert m['meshplan_calls_total{code="OK",method="ListCatalog",transport="grpc"}'] == 1
+    assert m['meshplan_rejected_calls_total{method="Plan",transport="grpc"}'] == 1
     assert m['meshplan_plans_total{status="INFEASIBLE"}'] == 1  # the fake's answer
     assert m["meshplan_tree_processes"] >= 1 and m["meshplan_tree_resident_memory_bytes"] > 1e7
-    assert m['meshplan_call_duration_seconds_count{method="Plan"}'] == 5
+    assert m['meshplan_call_duration_seconds_count{method="Plan",transport="grpc"}'] == 5
     assert m['meshplan_solve_duration_seconds_count{method="Plan"}'] >= 2
     assert m["meshplan_solves_in_flight"] == 0 and m["meshplan_solves_queued"] == 0
     assert m["process_resident_memory_bytes"] > 0
@@ -160,7 +160,12 @@ def test_serve_process_json_logs_metrics_flag_and_sighup(tmp_path: Path) -> None
         time.sleep(0.3)
         with PlannerClient(f"{LOOPBACK}:{port}", token="second-token-0123456789") as client:
             assert client.list_catalog(timeout=10).gpus
-        assert _scrape(metrics)['meshplan_calls_total{code="OK",method="ListCatalog"}'] == 1
+        assert (
+            _scrape(metrics)[
+                'meshplan_calls_total{code="OK",method="ListCatalog",transport="grpc"}'
+            ]
+            == 1
+        )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
         lines = [json.loads(line) for line in proc.stderr.read().splitlines()]
@@ -212,6 +217,92 @@ def test_refusals_for_a_token_are_counted_all_and_logged_at_most_ten_a_second(
             rt._refused_window -= 1.0  # a second later
             rt.refused("/meshplan.v1.Planner/Plan", "ipv4:10.0.0.9:5555")
         assert caplog.records[-1].__dict__[FIELDS]["unlogged_before"] == 15
-        assert metrics.calls.labels("Plan", "UNAUTHENTICATED")._value.get() == 26
+        assert metrics.calls.labels("Plan", "UNAUTHENTICATED", "grpc")._value.get() == 26
     finally:
         rt.runner.close()
+
+
+def test_past_ten_refusals_a_second_from_one_address_each_refusal_waits() -> None:
+    """A caller looping on made-up tokens is answered after REFUSAL_DELAY_S past the first
+    FREE_REFUSALS_PER_S a second from its address; another address is not slowed by it."""
+    from meshplan.server.metrics import Metrics
+    from meshplan.server.runtime import FREE_REFUSALS_PER_S, REFUSAL_DELAY_S, Runtime
+    from meshplan.server.settings import Settings
+
+    rt = Runtime(Settings(solver_processes=0, max_concurrent_solves=1), Metrics())
+    try:
+        waits = [rt.refused("/meshplan.v1.Planner/Plan", f"ipv4:10.0.0.9:{p}") for p in range(15)]
+        late = [REFUSAL_DELAY_S] * (15 - FREE_REFUSALS_PER_S)
+        assert REFUSAL_DELAY_S > 0 and waits == [0.0] * FREE_REFUSALS_PER_S + late
+        assert rt.refused("/meshplan.v1.Planner/Plan", "ipv4:10.0.0.7:5555") == 0.0
+        rt._refused_window -= 1.0  # a second later: the count starts again
+        assert rt.refused("/meshplan.v1.Planner/Plan", "ipv4:10.0.0.9:5555") == 0.0
+    finally:
+        rt.runner.close()
+
+
+def test_a_refused_grpc_call_past_the_free_ones_is_answered_after_the_delay(
+    tmp_path: Path,
+) -> None:
+    from meshplan.server.runtime import FREE_REFUSALS_PER_S
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text("a-real-token-0123456789\n")
+    with (
+        running_server(auth_token_file=str(tokens)) as (port, server),
+        grpc.insecure_channel(f"{LOOPBACK}:{port}") as channel,
+    ):
+        server.runtime.refusal_delay_s = 0.4
+        stub = planner_pb2_grpc.PlannerStub(channel)
+        took = []
+        for _ in range(FREE_REFUSALS_PER_S + 2):
+            began = time.monotonic()
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Plan(planner_pb2.PlanRequest(), timeout=10, metadata=_made_up)
+            took.append(time.monotonic() - began)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert took[-1] >= 0.4 and took[-2] >= 0.4, took
+    assert min(took[:3]) < 0.4, took  # (at least the first ones are answered at once)
+
+
+_made_up = (("authorization", "Bearer made-up-token-0123456789"),)
+
+
+def test_the_event_loops_lag_is_observed_and_a_blocked_loop_shows() -> None:
+    import asyncio
+
+    from meshplan.server.metrics import Metrics, watch_loop_lag
+
+    metrics = Metrics()
+
+    async def go() -> None:
+        watcher = asyncio.create_task(watch_loop_lag(metrics, every_s=0.01))
+        await asyncio.sleep(0.05)
+        time.sleep(0.3)  # the loop blocked: the next wake-up is ~0.3 s late
+        await asyncio.sleep(0.05)
+        watcher.cancel()
+
+    asyncio.run(go())
+    registry = metrics.registry
+    count = registry.get_sample_value("meshplan_event_loop_lag_seconds_count")
+    fast = registry.get_sample_value("meshplan_event_loop_lag_seconds_bucket", {"le": "0.1"})
+    assert count is not None and fast is not None and count >= 5
+    assert count - fast == 1  # the one sample the blocked loop delayed
+
+
+def test_each_garbage_collection_is_timed_by_generation() -> None:
+    import gc
+
+    from meshplan.server.metrics import Metrics, watch_collections
+
+    metrics = Metrics()
+    stop = watch_collections(metrics)
+    try:
+        gc.collect()
+    finally:
+        stop()
+    gc.collect()  # not observed any more
+    count = metrics.registry.get_sample_value(
+        "meshplan_gc_pause_seconds_count", {"generation": "2"}
+    )
+    assert count == 1

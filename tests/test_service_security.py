@@ -8,12 +8,12 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
 import trustme
+from conftest import Pki, _leaf, _write
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from test_grpc_support import LOOPBACK, no_plan, running_server, small_request
@@ -25,54 +25,6 @@ from meshplan.solver.schema import PlanRequest
 from meshplan.tools.cli.main import main as cli_main
 
 TOKENS = ("alpha-token-0123456789", "bravo-token-0123456789")
-
-
-@dataclass
-class Pki:
-    """A CA, a server certificate for localhost/127.0.0.1, a client certificate, and a second
-    CA that signed neither, all as files."""
-
-    ca: Path
-    cert: Path
-    key: Path
-    client_cert: Path
-    client_key: Path
-    other_ca: Path
-    other_client_cert: Path
-    other_client_key: Path
-    authority: trustme.CA
-
-
-def _write(path: Path, data: bytes) -> Path:
-    path.write_bytes(data)
-    return path
-
-
-def _leaf(ca: trustme.CA, tmp: Path, name: str, *ids: str) -> tuple[Path, Path]:
-    leaf = ca.issue_cert(*ids)
-    chain = b"".join(b.bytes() for b in leaf.cert_chain_pems)
-    return _write(tmp / f"{name}.pem", chain), _write(
-        tmp / f"{name}.key", leaf.private_key_pem.bytes()
-    )
-
-
-@pytest.fixture()
-def pki(tmp_path: Path) -> Pki:
-    ca, other = trustme.CA(), trustme.CA()
-    cert, key = _leaf(ca, tmp_path, "server", "localhost", "127.0.0.1")
-    client_cert, client_key = _leaf(ca, tmp_path, "client", "client.example")
-    other_cert, other_key = _leaf(other, tmp_path, "intruder", "client.example")
-    return Pki(
-        ca=_write(tmp_path / "ca.pem", ca.cert_pem.bytes()),
-        cert=cert,
-        key=key,
-        client_cert=client_cert,
-        client_key=client_key,
-        other_ca=_write(tmp_path / "other-ca.pem", other.cert_pem.bytes()),
-        other_client_cert=other_cert,
-        other_client_key=other_key,
-        authority=ca,
-    )
 
 
 @pytest.fixture()

@@ -1,9 +1,8 @@
 """One HTTP call as the servicers see a gRPC call, and their failures as HTTP answers.
 
-`HttpContext` stands in for grpc.aio.ServicerContext with the few methods the servicers and
-server.runtime use (metadata, peer, time remaining, done callbacks, trailing metadata, abort),
-so an HTTP call runs the servicer's own coroutine. Its `abort` raises `Aborted`, which
-`error_response` turns into the HTTP status of the gRPC code (google.rpc.Code's mapping, as in
+`HttpContext` is the HTTP call's server.context.CallContext (metadata, peer, time remaining,
+done callbacks, the request id, fail), so an HTTP call runs the servicer's own coroutine. Its
+`fail` raises `Aborted`, which `error_response` turns into the HTTP status of the gRPC code (google.rpc.Code's mapping, as in
 https://github.com/googleapis/googleapis/blob/master/google/rpc/code.proto) and a JSON body in
 the shape of Google's JSON errors, with the same google.rpc.BadRequest field violations.
 """
@@ -13,15 +12,16 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from aiohttp import web
 from google.protobuf import json_format
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import status_pb2
 
 from meshplan.server.auth import AUTHORIZATION
-from meshplan.server.limits import REQUEST_ID_KEY, RpcFailure
+from meshplan.server.context import CallContext
+from meshplan.server.limits import REQUEST_ID_KEY, CallState, RpcFailure
 from meshplan.server.validate import MESSAGE_CHARS, Violation, bad_request_status, shorten
 
 DETAILS_KEY = "grpc-status-details-bin"  # where grpc_status puts the google.rpc.Status
@@ -53,26 +53,17 @@ _DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s)?\s*")
 class Aborted(Exception):
     """A call ended with a non-OK status (what grpc's context.abort does, as an exception)."""
 
-    def __init__(self, code: grpc.StatusCode, message: str, metadata: Any = ()) -> None:
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        violations: list[Violation] | None = None,
+        request_id: str = "",
+    ) -> None:
         super().__init__(message)
         self.code, self.message = code, message
-        self.violations: list[Violation] = []
-        self.request_id = ""
-        for key, value in metadata or ():
-            if key == DETAILS_KEY:
-                self.violations = _violations(value)
-            elif key == REQUEST_ID_KEY:
-                self.request_id = value
-
-
-def _violations(data: bytes) -> list[Violation]:
-    status = status_pb2.Status.FromString(data)
-    out = []
-    for detail in status.details:
-        bad = error_details_pb2.BadRequest()
-        if detail.Unpack(bad):
-            out += [Violation(v.field, v.description) for v in bad.field_violations]
-    return out
+        self.violations = violations or []
+        self.request_id = request_id
 
 
 def parse_timeout(text: str | None) -> float | None:
@@ -90,8 +81,10 @@ def parse_timeout(text: str | None) -> float | None:
     return seconds
 
 
-class HttpContext:
-    """The part of grpc.aio.ServicerContext that meshplan's servicers use, for an HTTP call."""
+class HttpContext(CallContext):
+    """An HTTP call as the runtime sees a call (server.context.CallContext)."""
+
+    transport = "http"
 
     def __init__(self, request: web.Request, timeout_s: float | None) -> None:
         self._metadata = tuple(
@@ -101,8 +94,8 @@ class HttpContext:
         )
         self._deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self._peer = peer_of(request)
-        self._done: list[Callable[[Any], None]] = []
-        self.trailing: tuple[tuple[str, str], ...] = ()
+        self._done: list[Callable[[], None]] = []
+        self._request_id = ""
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return self._metadata
@@ -113,24 +106,24 @@ class HttpContext:
     def time_remaining(self) -> float | None:
         return None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
 
-    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+    def on_done(self, callback: Callable[[], None]) -> None:
         self._done.append(callback)
 
-    def set_trailing_metadata(self, metadata: Any) -> None:
-        self.trailing = tuple(metadata)
+    def echo_request_id(self, request_id: str) -> None:
+        self._request_id = request_id
 
-    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()) -> None:  # fmt: skip
-        raise Aborted(code, details, trailing_metadata)
+    async def fail(self, call: CallState, failure: RpcFailure) -> NoReturn:
+        raise Aborted(failure.code, failure.message, failure.violations, call.request_id)
 
     def request_id(self) -> str:
         """The call's id, once the runtime has opened it ("" before)."""
-        return dict(self.trailing).get(REQUEST_ID_KEY, "")
+        return self._request_id
 
     def done(self) -> None:
         """The call has ended (answered, failed or its client gone): run the callbacks."""
         callbacks, self._done = self._done, []
         for callback in callbacks:
-            callback(self)
+            callback()
 
 
 def peer_of(request: web.Request) -> str:

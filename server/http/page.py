@@ -1,7 +1,8 @@
 """The planner page: its static files (plain JS and SVG, no third-party asset) and three helpers
 it calls beside the /v1 calls: its metadata (the protos' enums, the export kinds, the walls'
 meaning), the export of a plan for its framework, and a Hugging Face config.json read as a
-model spec."""
+model spec. The helpers are calls like the /v1 ones (PageMeta, PageExport, PageHfConfig): through
+the runtime's admission (the export and the config reader), deadline, log line and metrics."""
 
 from __future__ import annotations
 
@@ -10,22 +11,31 @@ import gzip
 import hashlib
 import json
 import mimetypes
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NoReturn
 
 import grpc
 from aiohttp import web
 from pydantic import ValidationError
 
 from meshplan.convert import enum_prefix, to_proto
-from meshplan.server.http.calls import error_response
+from meshplan.server.http.calls import (
+    TIMEOUT,
+    Aborted,
+    HttpContext,
+    aborted_response,
+    error_response,
+    parse_timeout,
+)
 from meshplan.server.http.extras import installed
 from meshplan.server.http.messages import JsonProblem, message_from_json, message_to_json
-from meshplan.server.limits import RpcFailure
-from meshplan.server.requests import SINGLE_REQUEST_BYTES, check_message, parse
+from meshplan.server.limits import CallState, RpcFailure
+from meshplan.server.requests import SINGLE_REQUEST_BYTES, bad, check_message, parse
+from meshplan.server.runtime import Runtime
 from meshplan.server.settings import Settings
-from meshplan.server.validate import Violation, from_validation_error, shorten
+from meshplan.server.validate import from_validation_error, shorten
 from meshplan.solver.profiles import profile_of
 from meshplan.solver.schema import EvaluateRequest, Framework
 from meshplan.v1 import planner_pb2, spec_pb2
@@ -42,7 +52,8 @@ HEADERS = {
 }
 ENUMS = ("Framework", "Precision", "Recompute")
 
-TokenCheck = Callable[[web.Request, str], web.Response | None]
+TokenCheck = Callable[[web.Request, str], Awaitable[web.Response | None]]
+Helper = Callable[[web.Request], Awaitable[web.Response]]
 
 
 @dataclass(frozen=True)
@@ -74,8 +85,9 @@ class Page:
     """The routes of the page: `/`, `/static/<name>`, `/page/meta`, `/page/export`,
     `/page/hf-config`."""
 
-    def __init__(self, settings: Settings, check_token: TokenCheck) -> None:
+    def __init__(self, settings: Settings, runtime: Runtime, check_token: TokenCheck) -> None:
         self.settings = settings
+        self.runtime = runtime
         self.check_token = check_token
         self.assets = load_assets()
 
@@ -115,7 +127,44 @@ class Page:
     async def meta(self, request: web.Request) -> web.Response:
         """What the form offers: the enums' short names, each framework's export kind, the
         export kinds and Hugging Face model types this server can handle, the walls' words,
-        and whether calls need a token."""
+        and whether calls need a token (answered from memory: no admission ticket)."""
+        return await self._call(request, "PageMeta", self._meta, admit=False)
+
+    async def export(self, request: web.Request) -> web.Response:
+        """POST an EvaluateRequest (model, cluster, training, the plan's config), `?kind=`
+        optional: the plan as its framework's input, {"kind", "text"}."""
+        return await self._call(request, "PageExport", self._export)
+
+    async def hf_config(self, request: web.Request) -> web.Response:
+        """POST a Hugging Face config.json: {"model": the ModelSpec it describes}."""
+        return await self._call(request, "PageHfConfig", self._hf_config)
+
+    async def _call(
+        self, request: web.Request, name: str, helper: Helper, *, admit: bool = True
+    ) -> web.Response:
+        """`helper(request)` as a call: the token, the `timeout`, admission, the log line and
+        the metrics as for a /v1 call; a failure is its JSON error answer."""
+        refused = await self.check_token(request, name)
+        if refused is not None:
+            return refused
+        try:
+            timeout = parse_timeout(request.headers.get(TIMEOUT) or request.query.get(TIMEOUT))
+        except RpcFailure as err:
+            return error_response(err.code, err.message, err.violations)
+        context = HttpContext(request, timeout)
+
+        async def body(_: Any, call: CallState) -> web.Response:
+            return await helper(request)
+
+        try:
+            answer: web.Response = await self.runtime.unary(name, context, None, body, admit=admit)
+        except Aborted as err:
+            return aborted_response(err)
+        finally:
+            context.done()
+        return answer
+
+    async def _meta(self, request: web.Request) -> web.Response:
         tools = installed()
         enums = {}
         for name in ENUMS:
@@ -135,79 +184,67 @@ class Page:
             }
         )
 
-    async def export(self, request: web.Request) -> web.Response:
-        """POST an EvaluateRequest (model, cluster, training, the plan's config), `?kind=`
-        optional: the plan as its framework's input, {"kind", "text"}."""
-        refused = await self._read(request, "Export")
-        if isinstance(refused, web.Response):
-            return refused
+    async def _export(self, request: web.Request) -> web.Response:
+        body = await _read(request)
         tools = installed()
         if tools.export is None:
-            return _unavailable("the export")
+            _unavailable("the export")
         kind = request.query.get("kind") or None
         if kind is not None and kind not in tools.export_kinds:
-            why = f"is not one of {', '.join(tools.export_kinds)} (got {shorten(repr(kind))})"
-            return _bad("kind", why)
+            bad("kind", f"is not one of {', '.join(tools.export_kinds)} (got {shorten(repr(kind))})")  # fmt: skip
         try:
-            msg = check_message(message_from_json(refused, planner_pb2.EvaluateRequest), self.settings.max_string_chars)  # fmt: skip
-            req = parse(msg, EvaluateRequest)
+            message = message_from_json(body, planner_pb2.EvaluateRequest)
         except JsonProblem as err:
-            return _bad(err.field, err.description)
-        except RpcFailure as err:
-            return error_response(err.code, err.message, err.violations)
+            bad(err.field, err.description)
+        req = parse(check_message(message, self.settings.max_string_chars), EvaluateRequest)
         c, t = req.config, req.training
         if not c.num_microbatches:
-            return _bad("config.num_microbatches", "is needed to export a plan (got none)")
+            bad("config.num_microbatches", "is needed to export a plan (got none)")
         tokens = c.dp * c.micro_batch_size * c.num_microbatches * t.seq_len
         try:
             text = await asyncio.to_thread(tools.export, kind, c, req.model, t, tokens, req.cluster)
         except ValueError as err:
-            return _bad("config", shorten(str(err), 600))
+            bad("config", shorten(str(err), 600))
         return web.json_response({"kind": kind or profile_of(t.framework).export, "text": text})
 
-    async def hf_config(self, request: web.Request) -> web.Response:
-        """POST a Hugging Face config.json: {"model": the ModelSpec it describes}."""
-        refused = await self._read(request, "HfConfig")
-        if isinstance(refused, web.Response):
-            return refused
+    async def _hf_config(self, request: web.Request) -> web.Response:
+        body = await _read(request)
         tools = installed()
         if tools.model_from_hf_config is None:
-            return _unavailable("reading a config.json")
+            _unavailable("reading a config.json")
         try:
-            data = json.loads(refused)
+            data = json.loads(body)
         except (ValueError, RecursionError) as err:
-            return _bad("config.json", f"is not JSON: {shorten(str(err), 200)}")
+            bad("config.json", f"is not JSON: {shorten(str(err), 200)}")
         if not isinstance(data, dict):
-            return _bad("config.json", "must be one JSON object")
+            bad("config.json", "must be one JSON object")
         try:
             spec = tools.model_from_hf_config(data)
         except ValidationError as err:
             v = from_validation_error(err, "config.json")
-            return error_response(grpc.StatusCode.INVALID_ARGUMENT, v[0].description, v)
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, v[0].description, v) from None
         except (ValueError, KeyError, TypeError) as err:
-            return _bad("config.json", shorten(str(err), 300))
+            bad("config.json", shorten(str(err), 300))
         return web.json_response({"model": message_to_json(to_proto(spec, spec_pb2.ModelSpec))})
 
-    async def _read(self, request: web.Request, name: str) -> bytes | web.Response:
-        refusal = self.check_token(request, name)
-        if refusal is not None:
-            return refusal
-        body = await request.read()
-        if len(body) > HELPER_BYTES:
-            return error_response(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"the request body is {len(body):,} bytes, more than the {HELPER_BYTES:,} it may hold",  # fmt: skip
-                [],
-            )
-        return body
+
+async def _read(request: web.Request) -> bytes:
+    """The body of a helper's request, up to HELPER_BYTES (RESOURCE_EXHAUSTED past it)."""
+    if request.content_length is not None and request.content_length > HELPER_BYTES:
+        _too_large(request.content_length)
+    body = await request.read()
+    if len(body) > HELPER_BYTES:
+        _too_large(len(body))
+    return body
 
 
-def _bad(field: str, description: str) -> web.Response:
-    return error_response(
-        grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {description}", [Violation(field, description)]
+def _too_large(size: int) -> NoReturn:
+    raise RpcFailure(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"the request body is {size:,} bytes, more than the {HELPER_BYTES:,} it may hold",
     )
 
 
-def _unavailable(what: str) -> web.Response:
+def _unavailable(what: str) -> NoReturn:
     text = f"{what} is not available on this server: start it with `meshplan serve`"
-    return error_response(grpc.StatusCode.UNIMPLEMENTED, text, [])
+    raise RpcFailure(grpc.StatusCode.UNIMPLEMENTED, text)

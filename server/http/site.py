@@ -8,12 +8,11 @@ limit. Routes come from the Planner service's descriptor (`POST /v1/<method-in-k
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import os
 import re
 import socket
-import ssl
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +21,7 @@ from aiohttp import web
 from google.protobuf import message_factory
 from google.protobuf.descriptor import MethodDescriptor
 
-from meshplan.server.auth import TokenSet, bearer
+from meshplan.server.auth import TokenSet, bearer, refusal
 from meshplan.server.handlers import served
 from meshplan.server.http.calls import (
     TIMEOUT,
@@ -40,6 +39,7 @@ from meshplan.server.limits import REQUEST_ID_KEY, CallState, RpcFailure
 from meshplan.server.requests import SINGLE_REQUEST_BYTES, bad, request_cap, tolerant
 from meshplan.server.runtime import Runtime
 from meshplan.server.settings import Settings
+from meshplan.server.tls import CertificateFiles
 from meshplan.v1 import planner_pb2
 
 log = logging.getLogger("meshplan.server")
@@ -64,10 +64,11 @@ class HttpSite:
         runtime: Runtime,
         servicers: Sequence[Any],
         tokens: TokenSet | None,
+        certificates: CertificateFiles | None = None,
     ) -> None:
         self.settings, self.runtime, self.tokens = settings, runtime, tokens
-        self.tls = ServerTls(settings) if settings.tls_cert and settings.tls_key else None
-        self.page = Page(settings, self.check_token)
+        self.certificates = certificates  # the gRPC port's, reloaded once for both ports
+        self.page = Page(settings, runtime, self.check_token)
         self.methods: dict[str, tuple[MethodDescriptor, Any]] = {}
         for method in PLANNER.methods:
             owner = next((s for s in servicers if method.name in served(PLANNER, s)), None)
@@ -96,7 +97,7 @@ class HttpSite:
             self.app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
         )
         await self._runner.setup()
-        context = self.tls.context if self.tls is not None else None
+        context = self.certificates.ssl_context() if self.certificates is not None else None
         assert self._sock is not None
         await web.SockSite(self._runner, self._sock, ssl_context=context).start()
 
@@ -107,23 +108,20 @@ class HttpSite:
         elif self._sock is not None:
             self._sock.close()
 
-    def reload(self) -> None:
-        """Read the certificates again at the next handshake (SIGHUP)."""
-        if self.tls is not None:
-            self.tls.reload()
-
     # --- calls ------------------------------------------------------------------------------
 
-    def check_token(self, request: web.Request, name: str) -> web.Response | None:
-        """None if the call may go on; else the 401 answer (the request is not read)."""
+    async def check_token(self, request: web.Request, name: str) -> web.Response | None:
+        """None if the call may go on; else the 401 answer (the request is not read), after
+        the wait Runtime.refused asks of a caller refused many times a second."""
         if self.tokens is None:
             return None
         token = bearer(((k.lower(), v) for k, v in request.headers.items()))
         if self.tokens.valid(token):
             return None
-        self.runtime.refused(f"/{PLANNER.full_name}/{name}", peer_of(request))
-        why = "a bearer token is required" if not token else "the bearer token is not valid"
-        return error_response(grpc.StatusCode.UNAUTHENTICATED, why, [])
+        delay = self.runtime.refused(f"/{PLANNER.full_name}/{name}", peer_of(request), "http")
+        if delay:
+            await asyncio.sleep(delay)
+        return error_response(grpc.StatusCode.UNAUTHENTICATED, refusal(token), [])
 
     def _handler(self, name: str) -> Any:
         method, call = self.methods[name]
@@ -133,9 +131,9 @@ class HttpSite:
         streaming = method.server_streaming
 
         async def handle(request: web.Request) -> web.StreamResponse:
-            refusal = self.check_token(request, name)
-            if refusal is not None:
-                return refusal
+            refused = await self.check_token(request, name)
+            if refused is not None:
+                return refused
             try:
                 timeout = parse_timeout(request.headers.get(TIMEOUT) or request.query.get(TIMEOUT))  # fmt: skip
             except RpcFailure as err:
@@ -241,52 +239,3 @@ def _bind(host: str, port: int) -> socket.socket:
         return socket.create_server(address, family=family)
     except OSError as err:
         raise OSError(f"cannot listen on {host}:{port} for HTTP: {err}") from err
-
-
-class ServerTls:
-    """The gRPC port's certificate, key and client CA as an ssl context; re-read at the first
-    handshake after a file changed or reload() (SIGHUP), as the gRPC port does, so a rotation
-    never drops the connections already open."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.cert, self.key, self.client_ca = settings.tls_cert, settings.tls_key, settings.tls_client_ca  # fmt: skip
-        self.current = self._read()  # raises at start on a bad file
-        self._stamp = self._stamps()
-        self._forced = False
-        self.context = self._read()
-        self.context.sni_callback = self._handshake
-
-    def _paths(self) -> list[str]:
-        return [p for p in (self.cert, self.key, self.client_ca) if p]
-
-    def _stamps(self) -> tuple[tuple[int, int], ...]:
-        return tuple((st.st_mtime_ns, st.st_size) for st in map(os.stat, self._paths()))
-
-    def _read(self) -> ssl.SSLContext:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        assert self.cert and self.key
-        context.load_cert_chain(self.cert, self.key)
-        if self.client_ca:
-            context.verify_mode = ssl.CERT_REQUIRED
-            context.load_verify_locations(self.client_ca)
-        return context
-
-    def reload(self) -> None:
-        self._forced = True
-
-    def _handshake(self, connection: Any, server_name: str | None, context: Any) -> None:
-        """Called at every handshake (with or without SNI): hand the connection the newest
-        certificates."""
-        try:
-            stamp = self._stamps()
-        except OSError:
-            stamp = self._stamp  # a file being replaced: keep the certificates in force
-        if stamp != self._stamp or self._forced:
-            self._forced, self._stamp = False, stamp
-            try:
-                self.current = self._read()
-                log.info("HTTP TLS certificates reloaded from %s", ", ".join(self._paths()))
-            except (OSError, ValueError, ssl.SSLError) as err:
-                log.error("keeping the HTTP certificates in force: cannot reload them: %s", err)
-        connection.context = self.current

@@ -1,0 +1,119 @@
+"""Whether a solver worker still answers: its courier thread (server/courier.py) pings it every
+`heartbeat_s`, over the pipe that carries its stops, where a small thread in the worker answers
+(server/worker.py) and the worker says which call it took off its pipe and when it has settled
+after it. A worker that has not answered within `answer_s` (SIGSTOPped while idle or before it
+took its call; `kill_after_s` while it is busy by its own word: a solve, or the collection after
+it, may hold its GIL in native code for a while) is killed, logged and replaced; a call it was
+sent and had not taken is started again on a worker that answers (`Recalled`), rather than
+waiting for its deadline (one it took fails: WorkerLost, as when a stop is not heeded). A
+worker found dead while idle is logged and replaced before a call is sent to it."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import threading
+import time
+from multiprocessing.connection import Connection
+
+from meshplan.server.tasks import Pool, Task, how_it_ended
+
+log = logging.getLogger("meshplan.server")
+
+
+class Heartbeat:
+    """The heartbeat half of server.courier.Courier (run on its courier thread)."""
+
+    runner: Pool
+    index: int
+    proc: multiprocessing.process.BaseProcess | None
+    ctrl: Connection | None
+    ready: threading.Event
+    current: Task | None
+    pings: int
+    taken: int
+    settled: int
+    unresponsive: bool
+
+    def send_ctrl(self, message: tuple[str, int]) -> None:
+        raise NotImplementedError  # server.courier.Courier's
+
+    def _heartbeat(self) -> bool:
+        """Ping the worker; True if it must be replaced now (it was idle: no call is lost).
+        A worker that does not answer in time is killed and logged; if it held a call, the
+        call's loop sees the pipe close, and the call starts again elsewhere if the worker had
+        not taken it (else it fails: WorkerLost, as when a stop is not heeded)."""
+        proc = self.proc
+        if proc is None or not self.ready.is_set() or self.runner._closed:
+            return False
+        with self.runner._lock:
+            idle = self in self.runner._idle
+            if idle:  # taken out of the idle list: no call is sent to it while it is pinged
+                self.runner._idle.remove(self)
+            elif self.current is None:
+                return False  # being handed a call: the next beat checks it
+        if not proc.is_alive():
+            if not idle:
+                return False  # the call's loop reads the closed pipe and replaces it
+            log.warning(
+                "solver process %d (pid %s) ended while idle (%s); replacing it",
+                self.index,
+                proc.pid,
+                how_it_ended(proc.exitcode),
+            )
+            self.ready.clear()
+            return True
+        if self._ping(0 if idle or self.current is None else self.current.seq):
+            if idle:
+                self.runner._free(self)
+            return False
+        if not proc.is_alive():
+            return False  # it ended while pinged: the call's loop, or the next beat, sees it
+        # A call the worker never took is started again elsewhere; one it took and is stuck in
+        # may be what holds it (native code): it fails, as a stop that is not heeded does.
+        busy = self.settled < self.taken
+        task = self.current
+        again = not idle and task is not None and self.taken < task.seq
+        log.warning(
+            "solver process %d (pid %s) did not answer a ping within %g s (stopped, or stuck); "
+            "killing and replacing it%s",
+            self.index,
+            proc.pid,
+            self.runner.kill_after_s if busy else self.runner.answer_s,
+            "; its call is started again" if again else "",
+        )
+        self.ready.clear()
+        self.unresponsive = again
+        proc.kill()
+        return idle
+
+    def _ping(self, working_on: int) -> bool:
+        """Whether the worker answers a ping in time (its pipe is read on this thread only). It is
+        given runner.kill_after_s while it is busy by its own word: it took call `working_on`, or
+        has not yet settled the last call it took (a solve, or the collection after it, may hold
+        its GIL in native code for a while); runner.answer_s otherwise (idle, or a call sent and
+        not taken: a worker stopped there never says more)."""
+        self.pings += 1
+        number = self.pings
+        self.send_ctrl(("ping", number))
+        ctrl = self.ctrl
+        if ctrl is None:
+            return False
+        start = time.monotonic()
+
+        def deadline() -> float:
+            busy = (working_on and self.taken >= working_on) or self.settled < self.taken
+            return start + (self.runner.kill_after_s if busy else self.runner.answer_s)
+
+        try:
+            while (left := deadline() - time.monotonic()) > 0 and ctrl.poll(left):
+                kind, got = ctrl.recv()
+                if kind == "took":  # the worker took call `got` off its pipe
+                    self.taken = max(self.taken, got)
+                elif kind == "settled":  # ... and has answered it and settled its heap
+                    self.settled = max(self.settled, got)
+                elif kind == "pong" and got == number:  # (an earlier ping's late answer: skip)
+                    return True
+        except (EOFError, OSError):
+            return False
+        return False

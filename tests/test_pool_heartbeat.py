@@ -1,0 +1,148 @@
+"""A worker that stops answering (SIGSTOP) or dies while idle: its courier's heartbeat finds it
+(server/courier.py), logs it and replaces it, and a call sent to it runs again on a worker that
+answers, long before the call's deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from meshplan.server.dispatch import StopEvent
+from meshplan.server.limits import CallState
+from meshplan.server.metrics import Metrics
+from meshplan.server.pool import ProcessRunner, Recalled
+from meshplan.server.runtime import Runtime
+from meshplan.server.settings import Settings
+
+HEARTBEAT_S, ANSWER_S = 0.2, 0.5
+
+
+def pid_of(seconds: float, *, stop: threading.Event) -> int:
+    """The worker's process id, after `seconds` (run in a worker process)."""
+    time.sleep(seconds)
+    return os.getpid()
+
+
+@pytest.fixture
+def runner() -> Iterator[ProcessRunner]:
+    pool = ProcessRunner(1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S)
+    assert pool.wait_ready(120) == 1
+    yield pool
+    pool.close()
+    pool.join()
+
+
+def test_a_stopped_idle_worker_is_replaced_and_the_call_runs_again(
+    runner: ProcessRunner, caplog: pytest.LogCaptureFixture
+) -> None:
+    (pid,) = runner.pids()
+    assert pid is not None
+    caplog.set_level(logging.WARNING, "meshplan.server")
+    settings = Settings(solver_processes=1, max_concurrent_solves=1)
+
+    async def go() -> tuple[int, float]:
+        rt = Runtime(settings, Metrics(), runner)
+        call = CallState("Plan", "r1", "a", deadline=time.monotonic() + 60)
+        began = time.monotonic()
+        answer = await rt.solve(call, "Plan", pid_of, 0.0)
+        return answer, time.monotonic() - began
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        answered_by, took = asyncio.run(go())
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    assert answered_by != pid  # the replacement ran it: the stopped worker was killed
+    # found within a heartbeat and a ping's wait, then a worker spawned (no warm-up): not 60 s
+    assert took < 20, took
+    words = [r.getMessage() for r in caplog.records]
+    assert any(
+        f"(pid {pid}) did not answer a ping within" in w and "started again" in w for w in words
+    )
+    assert runner.pids() == [answered_by]
+
+
+def test_a_call_sent_to_a_stopped_worker_is_recalled_not_lost(runner: ProcessRunner) -> None:
+    """At the runner: the call fails with Recalled (it may be started again), within the
+    heartbeat and the ping's wait."""
+    (pid,) = runner.pids()
+    assert pid is not None
+
+    async def go() -> tuple[BaseException | None, float]:
+        began = time.monotonic()
+        try:
+            await runner.start(pid_of, 0.0, stop=StopEvent())
+        except Exception as err:  # noqa: BLE001
+            return err, time.monotonic() - began
+        return None, time.monotonic() - began
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        err, took = asyncio.run(go())
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    assert isinstance(err, Recalled), err
+    assert took < HEARTBEAT_S + ANSWER_S + 2.0, took
+
+
+def test_a_worker_killed_while_idle_is_logged_and_replaced_before_any_call(
+    runner: ProcessRunner, caplog: pytest.LogCaptureFixture
+) -> None:
+    (pid,) = runner.pids()
+    assert pid is not None
+    caplog.set_level(logging.WARNING, "meshplan.server")
+    os.kill(pid, signal.SIGKILL)
+    end = time.monotonic() + 30
+    while runner.pids() in ([pid], [None]):
+        assert time.monotonic() < end, "the dead worker was not replaced"
+        time.sleep(0.05)
+    words = [r.getMessage() for r in caplog.records]
+    assert any(f"(pid {pid}) ended while idle (killed by SIGKILL)" in w for w in words), words
+
+
+def test_a_busy_worker_that_answers_pings_is_left_alone(runner: ProcessRunner) -> None:
+    """A solve longer than several heartbeats: the worker's ping thread answers, so it runs on."""
+    (pid,) = runner.pids()
+
+    async def go() -> int:
+        return await runner.start(pid_of, 4 * (HEARTBEAT_S + ANSWER_S), stop=StopEvent())
+
+    assert asyncio.run(go()) == pid
+    assert runner.pids() == [pid]
+
+
+def holds_the_gil(count: int, *, stop: threading.Event) -> int:
+    """A solve that holds its process's GIL in native code (sum over a range runs in C), so the
+    worker's ping thread cannot answer until it ends (run in a worker process)."""
+    sum(range(count))
+    return os.getpid()
+
+
+def test_a_worker_holding_its_gil_in_a_call_it_took_is_not_taken_for_stopped() -> None:
+    """It said it took the call before its GIL was held: the heartbeat waits kill_after_s."""
+    pool = ProcessRunner(1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S, kill_after_s=60)
+    try:
+        assert pool.wait_ready(120) == 1
+        (pid,) = pool.pids()
+        began = time.monotonic()
+
+        async def go() -> int:
+            return await pool.start(holds_the_gil, 60_000_000, stop=StopEvent())
+
+        assert asyncio.run(go()) == pid
+        held = time.monotonic() - began
+        assert held > 2 * (HEARTBEAT_S + ANSWER_S), f"the call held the GIL only {held:.2f} s"
+        assert pool.pids() == [pid]
+    finally:
+        pool.close()
+        pool.join()
