@@ -54,6 +54,12 @@ BUCKET = 40_000_000  # dp bucket (elements): Megatron DDP max(4e7, 1e6·dp) (dis
 # with_capacity and switch_load_balancing_loss_func).
 ROUTER_PASSES = 16
 ROUTER_BYTES = 4
+# FP8 dispatch (DeepEP under FP8 training): the tokens sent to the experts travel in FP8 with
+# one fp32 scale per 128 elements, the combines in BF16 (deepseek-ai/DeepEP @ dd758ca README.md
+# "FP8 dispatching and BF16 combining", csrc/kernels/legacy/internode.cu get_num_bytes_per_token;
+# DeepSeek-V3 report §3.3.2: the activations before the up-projections and the gradients before
+# the down-projections are dispatched in FP8, both combines kept in BF16).
+FP8_DISPATCH_BYTES = 1 + 4 / 128
 
 
 def _etp(te: tuple[int, ...]) -> int:
@@ -114,6 +120,11 @@ class Rates:
             self.dims_split += self.moe * A.shared * g * A.fe
         self.params_dense = self.F_proj / 6 + self.F_mlp / 6  # per layer, before tp
         self.params_expert = self.moe * A.E * A.mlp_params(A.fe) if A.is_moe else 0.0
+        # Bytes per element of the four all-to-alls, averaged: dispatch forward and the
+        # gradients' dispatch backward in FP8 where DeepEP runs under FP8 training, the two
+        # combines in BF16 (FP8_DISPATCH_BYTES).
+        fp8_dispatch = fp8 and self.ov.ep_dedup
+        self.a2a_bytes = (FP8_DISPATCH_BYTES + ACT_BYTES) / 2 if fp8_dispatch else float(ACT_BYTES)
 
     # -- links (span: an int, or an array of rows) -------------------------------------------
     def bw(self, span):  # noqa: ANN001, ANN201
@@ -287,7 +298,7 @@ class Rates:
         the routed tokens (Megatron's alltoall dispatcher)."""
         A, H = self.c.A, self.c.H
         tp, ep, etp = te[0], te[1], _etp(te)
-        copies = 4 * A.top_k * A.h * ACT_BYTES / tp  # every routed copy, per group token
+        copies = 4 * A.top_k * A.h * self.a2a_bytes / tp  # every routed copy, per group token
         span = ep * etp
         inside = ep - 1 if span <= H.gpn else max(H.gpn // etp - 1, 0)
         outside = ep - 1 - inside
@@ -303,7 +314,7 @@ class Rates:
             # GB/s RDMA on ~50 GB/s NICs), its intranode ones NVLink-bound (153 GB/s).
             nodes = -(-span // H.gpn)
             miss = math.comb(A.E - A.E // nodes, A.top_k) / math.comb(A.E, A.top_k)
-            out = 4 * A.h * ACT_BYTES / tp * (nodes - 1) * (1 - miss)
+            out = 4 * A.h * self.a2a_bytes / tp * (nodes - 1) * (1 - miss)
             t = max(out / self.bw(H.gpn + 1), copies * (ep - 1) / ep / self.bw(1))
         else:  # a flat all-to-all: in-node and inter-node peers at once (NCCL)
             t = max(into / self.bw(1), out / self.bw(H.gpn + 1))
