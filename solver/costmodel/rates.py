@@ -265,9 +265,12 @@ class Rates:
     # -- context parallelism ----------------------------------------------------------------
     @rowwise
     def cp_hop(self, lay: LayoutOrRows) -> np.ndarray | float:
-        """One ring step: K,V forward, K,V and dK,dV backward (Liu et al. 2023)."""
+        """One ring step: K,V forward, K,V and dK,dV backward (Liu et al. 2023), of the KV
+        heads, or of every query head where the framework repeats K,V before attention (the
+        recipe's kv_repeated: torchtitan @ 9dec370 models/llama/model.py repeat_kv)."""
         A = self.c.A
-        vol = 3 * 2 * A.kv * A.head_dim * ACT_BYTES / lay.tp
+        heads = A.a if self.c.recipe.kv_repeated else A.kv
+        vol = 3 * 2 * heads * A.head_dim * ACT_BYTES / lay.tp
         return vol / self.group_bw(lay.cp, lay.tp)
 
     @rowwise

@@ -19,15 +19,13 @@ from functools import partial
 
 import numpy as np
 
-from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.costmodel.constants import Constants
 from meshplan.solver.costmodel.timing import Rates, dp_terms, objective_terms
-from meshplan.solver.hardware import resolve_cluster
 from meshplan.tools.calibration.knobs import candidates
 from meshplan.tools.calibration.loaders import CalibrationRun
 from meshplan.tools.calibration.runs import fold_of
-from meshplan.tools.calibration.score import RunResult, evaluate_runs, with_constants
+from meshplan.tools.calibration.score import RunResult, evaluate_runs, speed_model, with_constants
 
 HUBER = 0.10  # pseudo-Huber scale of the log error: errors below ~10% count quadratically
 PRIOR_WEIGHT = 0.01  # residual weight of one logit unit (one sigma) from a constant's prior
@@ -123,8 +121,7 @@ class Prepared:
 def prepare(runs: Sequence[CalibrationRun], tune: bool = True) -> list[Prepared]:
     out = []
     for r in runs:
-        A, H = resolve_model(r.model), resolve_cluster(r.cluster)
-        cm = CostModel(A, H, r.training, r.search)
+        cm = speed_model(r)
         configs = candidates(r) if tune else (r.config,)
         out.append(Prepared(r, cm, [Point.from_config(c) for c in configs]))
     return out
