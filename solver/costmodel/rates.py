@@ -233,10 +233,14 @@ class Rates:
 
     @rowwise
     def head(self, lay: LayoutOrRows) -> np.ndarray | float:
-        """Output layer GEMM and the cross-entropy's passes over the logits, per token."""
+        """Output layer GEMM and the cross-entropy's passes over the logits, per token. The
+        output layer runs in BF16 under FP8 training too: Megatron-Core's is a plain
+        ColumnParallelLinear outside Transformer Engine's FP8 layers (NVIDIA/Megatron-LM @
+        007562f megatron/core/models/gpt/gpt_model.py), torchtitan's Float8 conversion skips
+        it (float8 filter_fqns ["output"])."""
         A = self.c.A
         ce = self.c.recipe.logits * A.V / lay.tp / self.c.H.hbm_bw
-        return self.F_head / (lay.tp * self.rate_gemm) + ce
+        return self.F_head / (lay.tp * self.rate_bf16) + ce
 
     # -- tensor parallelism ---------------------------------------------------------------
     @rowwise
