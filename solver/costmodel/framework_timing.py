@@ -27,6 +27,7 @@ class Overlaps:
     # other's compute (DeepSeek-V3 report §3.2.1; deepseek-ai/DualPipe @ 3da1bbe dualpipe/
     # dualpipev.py _forward_backward_chunk -> overlapped_forward_backward)
     dualpipe: bool = False
+    dp_per_chunk: bool = False  # FrameworkTiming.dp_per_chunk
 
     def ep_runs(self, pp: int, v: int, full_recompute: bool) -> bool:
         """Whether the ep overlap holds on this layout (else the all-to-all is exposed)."""
@@ -58,4 +59,5 @@ def overlaps_for(training: TrainingSpec) -> Overlaps:
         ep_needs_chunks=f.ep_overlap_needs_chunks,
         ep_balanced=training.moe_router_force_balance,
         dualpipe=dual,
+        dp_per_chunk=f.dp_per_chunk,
     )
