@@ -102,3 +102,16 @@ def test_the_planner_picks_v2_with_enough_micro_batches_under_dualpipe() -> None
     c = res.config
     assert c is not None and c.pp == 4 and c.virtual_stages == 2
     assert c.num_microbatches >= 8
+
+
+def test_the_torchtitan_export_names_the_dualpipev_schedule() -> None:
+    from meshplan.tools.export.emit import emit
+
+    llama = {"preset": "llama3-8b"}  # a shape torchtitan's model registry builds
+    req = _eval("DUALPIPE_V", llama)
+    for kind in ("torchtitan", "torchtitan-toml"):
+        text = emit(kind, req.config, req.model, req.training, 4096 * 4 * 8)
+        assert "DualPipeV" in text and "Interleaved1F1B" not in text
+    plain = _eval(None, llama)
+    text = emit("torchtitan", plain.config, plain.model, plain.training, 4096 * 4 * 8)
+    assert "Interleaved1F1B" in text and "DualPipeV" not in text
