@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--megatron", type=Path, default=DEFAULT_MEGATRON, help="megatron_h100_runs.json"
     )
+    ap.add_argument("--fsdp", type=Path, default=DEFAULT_FSDP, help="fsdp_runs.json")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write fitted.json")
     ap.add_argument("--max-iter", type=int, default=40, help="Levenberg-Marquardt iterations")
     ap.add_argument("--dry-run", action="store_true", help="print, do not write")
@@ -99,12 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         "a source does not state (tools/calibration/knobs.py)",
     )
     a = ap.parse_args(argv)
-    for path in (a.published, a.megatron):
+    for path in (a.published, a.megatron, a.fsdp):
         if not path.exists():
             print(f"error: {path} not found", file=sys.stderr)
             return 2
     t0 = time.perf_counter()
-    runs = load_all(a.published, a.megatron) + load_fsdp()
+    runs = load_all(a.published, a.megatron) + load_fsdp(a.fsdp)
     prior = Constants()  # refit from the priors, never from an earlier fit
     tune = not a.no_tune
     prep = prepare(runs, tune)
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                 "published_runs.json": _sha256(a.published),
                 "megatron_h100_runs.json": _sha256(a.megatron),
                 "kempnerforge_runs.json": _sha256(KEMPNERFORGE),
-                "fsdp_runs.json": _sha256(DEFAULT_FSDP),
+                "fsdp_runs.json": _sha256(a.fsdp),
                 "moezoo_dropless.json": _sha256(ROUTING_PAIRS),
             },
             "runs": len(runs),

@@ -143,7 +143,7 @@ def test_fine_grained_experts_run_at_the_rate_of_their_narrow_dim() -> None:
     wide = rates(coarse)
     ratio = r.rate_expert / wide.rate_expert
     assert ratio == pytest.approx(A.fe * (A.h + h0) / (A.h * (A.fe + h0)))
-    assert ratio < 0.85
+    assert ratio < 0.9  # 1,536-wide experts of a 4,096 model lose over a tenth (h0 > 300)
 
 
 def test_the_router_passes_over_its_logits() -> None:
