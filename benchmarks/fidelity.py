@@ -2,8 +2,9 @@
 
     python -m benchmarks fidelity [--quick] [--jobs N] [--no-free] [--json PATH]
 
-Every run of tools/data/calibration (published_runs.json, megatron_h100_runs.json) and of the
-KempnerForge scaling guide (tools/calibration/published/kempnerforge_runs.json) is scored as Evaluate would score it
+Every run of tools/calibration/published (published_runs.json, megatron_h100_runs.json, the
+KempnerForge scaling guide's kempnerforge_runs.json, and fsdp_runs.json's llm-foundry and
+nanotron tables) is scored as Evaluate would score it
 at its published layout (tools/calibration/score.py builds the requests and undoes each source's FLOP
 convention). The headline is the leave-one-source-out error of tokens/s per GPU
 (tools/calibration/fit.py: fit on every source but one, score the one left out) by category,
@@ -38,6 +39,7 @@ from meshplan.solver.costmodel.context import recipe_for
 from meshplan.solver.hardware import GIB, resolve_cluster
 from meshplan.solver.schema import FRAGMENTATION, RESERVE_GIB
 from meshplan.tools.calibration.fit import leave_one_source_out
+from meshplan.tools.calibration.loaders import load_calibration
 from meshplan.tools.calibration.score import (
     CONVERSIONS,
     DEFAULTS,
@@ -46,7 +48,6 @@ from meshplan.tools.calibration.score import (
     ErrorSummary,
     RunResult,
     evaluate_runs,
-    load_all,
     summarize_by_category,
     summarize_by_family,
     summarize_by_source,
@@ -244,7 +245,7 @@ def main(argv: list[str]) -> int:
     )
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    runs = select(load_all(), a.quick)
+    runs = select(load_calibration(), a.quick)
     tune = not a.no_tune
     k = load_constants()
     ins = evaluate_runs(runs, k, tune=tune)

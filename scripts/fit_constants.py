@@ -2,8 +2,9 @@
 
     .venv/bin/python scripts/fit_constants.py [--out PATH] [--max-iter N] [--dry-run]
 
-Reads tools/calibration/published/published_runs.json and megatron_h100_runs.json and the KempnerForge
-scaling guide's measurements (tools/calibration/published/kempnerforge_runs.json), scores every run at its published
+Reads tools/calibration/published/published_runs.json and megatron_h100_runs.json, the KempnerForge
+scaling guide's measurements (tools/calibration/published/kempnerforge_runs.json) and the llm-foundry
+and nanotron tables (tools/calibration/published/fsdp_runs.json), scores every run at its published
 layout with the cost model (tools/calibration/score.py; the knobs a source does not state at their fastest
 setting the framework runs, tools/calibration/knobs.py), and fits the constants of
 solver/costmodel/constants.py that speed depends on (tools/calibration/fit.py: a maximum a
@@ -38,6 +39,7 @@ from meshplan.tools.calibration.fit import (  # noqa: E402
     leave_one_source_out,
     prepare,
 )
+from meshplan.tools.calibration.loaders import DEFAULT_FSDP, load_all, load_fsdp  # noqa: E402
 from meshplan.tools.calibration.routing import PAIRS as ROUTING_PAIRS  # noqa: E402
 from meshplan.tools.calibration.routing import fit_load_cv  # noqa: E402
 from meshplan.tools.calibration.score import (  # noqa: E402
@@ -45,7 +47,6 @@ from meshplan.tools.calibration.score import (  # noqa: E402
     DEFAULT_PUBLISHED,
     ErrorSummary,
     evaluate_runs,
-    load_all,
     loso_report,
     summarize_by_category,
     summarize_by_source,
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--megatron", type=Path, default=DEFAULT_MEGATRON, help="megatron_h100_runs.json"
     )
+    ap.add_argument("--fsdp", type=Path, default=DEFAULT_FSDP, help="fsdp_runs.json")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write fitted.json")
     ap.add_argument("--max-iter", type=int, default=40, help="Levenberg-Marquardt iterations")
     ap.add_argument("--dry-run", action="store_true", help="print, do not write")
@@ -98,12 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         "a source does not state (tools/calibration/knobs.py)",
     )
     a = ap.parse_args(argv)
-    for path in (a.published, a.megatron):
+    for path in (a.published, a.megatron, a.fsdp):
         if not path.exists():
             print(f"error: {path} not found", file=sys.stderr)
             return 2
     t0 = time.perf_counter()
-    runs = load_all(a.published, a.megatron)
+    runs = load_all(a.published, a.megatron) + load_fsdp(a.fsdp)
     prior = Constants()  # refit from the priors, never from an earlier fit
     tune = not a.no_tune
     prep = prepare(runs, tune)
@@ -167,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                 "published_runs.json": _sha256(a.published),
                 "megatron_h100_runs.json": _sha256(a.megatron),
                 "kempnerforge_runs.json": _sha256(KEMPNERFORGE),
+                "fsdp_runs.json": _sha256(a.fsdp),
                 "moezoo_dropless.json": _sha256(ROUTING_PAIRS),
             },
             "runs": len(runs),

@@ -11,7 +11,14 @@ from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel import Point
 from meshplan.solver.hardware import Hardware
 from meshplan.solver.profiles import Profile, profile_of
-from meshplan.solver.schema import Framework, Precision, Recompute, SearchSpec, TrainingSpec
+from meshplan.solver.schema import (
+    Framework,
+    PipelineSchedule,
+    Precision,
+    Recompute,
+    SearchSpec,
+    TrainingSpec,
+)
 
 
 def tp_divides_model(A: Arch, tp: int) -> bool:
@@ -39,14 +46,23 @@ def folds(tp: int, cp: int, dp: int, ep: int, etp: int) -> bool:
     return (tp * cp * dp) % (ep * etp) == 0
 
 
-def interleave_ok(prof: Profile, pp: int, v: int, M: int) -> bool:
+def interleave_ok(prof: Profile, pp: int, v: int, M: int, dualpipe: bool = False) -> bool:
     """Megatron's interleaved schedule runs micro-batches in groups of pp (schedules.py);
-    PyTorch's in max(1, M // pp) rounds of equal size (ScheduleInterleaved1F1B, torch 2.13.0)."""
+    PyTorch's in max(1, M // pp) rounds of equal size (ScheduleInterleaved1F1B, torch 2.13.0);
+    DualPipeV (its two stages per rank) at least 2·pp of them (deepseek-ai/DualPipe @ 3da1bbe
+    dualpipe/dualpipev.py step: num_chunks >= num_ranks * 2)."""
     if v == 1:
         return True
+    if dualpipe:
+        return 2 * pp <= M
     if prof.interleave_whole_rounds and M % pp:
         return False
     return not prof.interleave_torch_rounds or M % max(1, M // pp) == 0
+
+
+def dualpipe(training: TrainingSpec) -> bool:
+    """The request runs DualPipeV (training.pipeline_schedule)."""
+    return training.pipeline_schedule is PipelineSchedule.DUALPIPE_V
 
 
 def model_limits(A: Arch, prof: Profile) -> list[str]:
@@ -210,7 +226,14 @@ def _framework_violations(p: Point, A: Arch, training: TrainingSpec, prof: Profi
             if fp8 and p.z < prof.fp8_zero_min:
                 why = " (its FP8 parameters need the distributed optimizer)"
             out.append(f"{name} runs zero_stage {ok} {where}, not zero_stage {p.z}{why}")
-    if p.v > 1 and not prof.interleaving:
+    dual = dualpipe(training)
+    if dual and lay.pp > 1 and p.v != 2:
+        out.append(f"DualPipeV runs two stages per rank (virtual_stages 2), not {p.v}")
+    elif dual and lay.pp > 1 and not interleave_ok(prof, lay.pp, p.v, p.M, True):
+        out.append(f"DualPipeV needs num_microbatches ({p.M}) >= 2*pp = {2 * lay.pp}")
+    elif dual:
+        pass
+    elif p.v > 1 and not prof.interleaving:
         out.append(f"{name} has no interleaved pipeline (virtual_stages {p.v})")
     elif not interleave_ok(prof, lay.pp, p.v, p.M):
         out.append(

@@ -72,6 +72,20 @@ class FsdpVersion(str, Enum):
     FSDP2 = "FSDP2"
 
 
+class PipelineSchedule(str, Enum):
+    """The pipeline schedule: 1F1B (interleaved over virtual stages) or DualPipeV."""
+
+    ONE_F_ONE_B = "ONE_F_ONE_B"  # Narayanan et al. 2021 §2.2, interleaved when v > 1
+    # Two stages per rank in a V, a forward and a backward chunk overlapped (DeepSeek-V3 §3.2.1;
+    # deepseek-ai/DualPipe @ 3da1bbe dualpipe/dualpipev.py, torch ScheduleDualPipeV)
+    DUALPIPE_V = "DUALPIPE_V"
+
+
+# The profiles that run DualPipeV (torchtitan's pipeline_parallel_schedule "DualPipeV": PyTorch's
+# torch.distributed.pipelining ScheduleDualPipeV)
+DUALPIPE_FRAMEWORKS = (Framework.TORCHTITAN,)
+
+
 class ActivationForm(str, Enum):
     """Which tensors a layer keeps for its backward (solver/costmodel/activations.py)."""
 
@@ -444,6 +458,15 @@ class TrainingSpec(_Strict):
             "profile's default."
         ),
     )
+    pipeline_schedule: PipelineSchedule | None = Field(
+        default=None,
+        description=(
+            "The pipeline schedule: ONE_F_ONE_B (interleaved over virtual_stages), or DUALPIPE_V "
+            "(two stages per rank in a V, virtual_stages 2 and at least 2*pp micro-batches; a "
+            "third of 1F1B's bubble, the expert all-to-all and the stage sends hidden behind "
+            "the overlapped chunks: DeepSeek-V3 report §3.2.1); None: ONE_F_ONE_B."
+        ),
+    )
     moe_router_force_balance: bool = Field(
         default=False,
         description=(
@@ -466,6 +489,13 @@ class TrainingSpec(_Strict):
                 f"training.hybrid_shard needs a profile that shards inside a node "
                 f"({', '.join(f.value for f in HYBRID_FRAMEWORKS)}), not training.framework "
                 f"{self.framework.value}"
+            )
+        dual = self.pipeline_schedule is PipelineSchedule.DUALPIPE_V
+        if dual and self.framework not in DUALPIPE_FRAMEWORKS:
+            raise ValueError(
+                f"training.pipeline_schedule DUALPIPE_V needs a profile that runs it "
+                f"({', '.join(f.value for f in DUALPIPE_FRAMEWORKS)}: PyTorch's ScheduleDualPipeV), "
+                f"not training.framework {self.framework.value}"
             )
         if self.fp8_activations and self.precision is not Precision.FP8:
             raise ValueError("fp8_activations needs precision FP8 (BF16 keeps bf16 activations)")

@@ -26,6 +26,7 @@ from meshplan.solver.costmodel.terms import Points
 from meshplan.solver.hardware import Hardware
 from meshplan.solver.profiles import Profile, profile_of
 from meshplan.solver.rules import (
+    dualpipe,
     expert_group_ok,
     folds,
     interleave_ok,
@@ -244,7 +245,8 @@ class Space:
         speeds or memory, nor the cost model)."""
         t, q = self.training, self.search
         pins = tuple(getattr(q, f) for f in type(q).model_fields)
-        return (self.A, t.framework, t.seq_len, t.precision, pins, self.H.gpn, n, self.batch)
+        key = (self.A, t.framework, t.seq_len, t.precision, pins, self.H.gpn, n, self.batch)
+        return (*key, t.pipeline_schedule) if dualpipe(t) else key
 
     def _grid(self, n: int) -> Grid:
         """The layouts of up to n GPUs that obey the rules and pins, and the values of the other
@@ -338,12 +340,13 @@ class Space:
         keep_d = {r.dp for r in lays}
         db = [x for x in grid.db if x[0] in keep_d]
         vs = range(1, q.max_virtual_stages + 1)
+        dual = dualpipe(self.training)  # DualPipeV: two stages per rank (rules.py)
         pv = sorted(
             {
                 (p, v)
                 for p in {r.pp for r in lays}  # each pp once: the rest is of pp alone
                 for v in vs
-                if (v == 1 or (p > 1 and prof.interleaving))
+                if ((v == 2) == (p > 1) if dual else (v == 1 or (p > 1 and prof.interleaving)))
                 and p * v <= A.L + prof.extra_chunks
                 and (not q.virtual_stages or v == q.virtual_stages)
             }
@@ -369,7 +372,7 @@ class Space:
 
     def pipeline_fits_batch(self, pv: tuple[int, int], db: tuple[int, int, int]) -> bool:
         """The pipeline schedule runs this micro-batch count (Megatron's interleaving)."""
-        return interleave_ok(self.profile, pv[0], pv[1], db[2])
+        return interleave_ok(self.profile, pv[0], pv[1], db[2], dualpipe(self.training))
 
     def micro_batch_sizes(self) -> list[int]:
         return sorted({b for _, b, _ in self.db})

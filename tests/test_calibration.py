@@ -14,6 +14,7 @@ import pytest
 from benchmarks import fidelity
 from meshplan.solver import evaluate
 from meshplan.solver.costmodel.constants import Constants, constants_from, load_constants
+from meshplan.tools.calibration.loaders import DEFAULT_FSDP
 from meshplan.tools.calibration.score import (
     DEFAULT_PUBLISHED,
     evaluate_run,
@@ -82,9 +83,13 @@ def test_evaluate_run_is_what_evaluate_returns() -> None:
 @needs_published
 def test_fit_script_runs_and_its_output_loads(tmp_path: Path) -> None:
     out = tmp_path / "fitted.json"
+    # two llm-foundry layouts and one nanotron run of fsdp_runs.json (all 151 take minutes)
+    fsdp = json.loads(DEFAULT_FSDP.read_text(encoding="utf-8"))
+    few = fsdp[:2] + [r for r in fsdp if r["id"].startswith("nanotron")][:1]
+    (tmp_path / "fsdp_runs.json").write_text(json.dumps(few), encoding="utf-8")
     p = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "fit_constants.py"), "--max-iter", "1"]
-        + ["--out", str(out)],
+        + ["--out", str(out), "--fsdp", str(tmp_path / "fsdp_runs.json")],
         capture_output=True,
         text=True,
         timeout=300,
@@ -100,12 +105,14 @@ def test_fit_script_runs_and_its_output_loads(tmp_path: Path) -> None:
         "published_runs.json",
         "megatron_h100_runs.json",
         "kempnerforge_runs.json",
+        "fsdp_runs.json",
         "moezoo_dropless.json",
     }
-    assert doc["fit"]["runs"] == 105
+    assert doc["fit"]["runs"] == 108
     loso = doc["fit"]["loso"]  # the residuals every prediction's error band reads
     assert set(loso["categories"]) == {"BF16-dense", "FP8-dense", "MoE"}
-    assert loso["all"]["n_speed"] == 105
+    assert loso["all"]["n_speed"] == 108
+    assert {"BF16-dense|TORCH", "BF16-dense|TE"} <= set(loso["cells"])
     assert 0 < doc["constants"]["moe_load_cv"] < 4
     assert set(doc["fit"]["in_sample_by_category"]) >= {"BF16-dense", "FP8-dense", "MoE", "all"}
     res = evaluate_runs(load_kempnerforge(), k)

@@ -95,6 +95,8 @@ def instances(draw: st.DrawFn) -> PlanRequest:
         training["ep_dispatch_dedup"] = draw(st.booleans())
         training["ep_comm_overlap"] = draw(st.booleans())
         training["moe_router_force_balance"] = draw(st.booleans())
+    if framework == "TORCHTITAN" and draw(st.integers(0, 2)) == 0:  # its bubble and overlaps
+        training["pipeline_schedule"] = "DUALPIPE_V"
     for knob, values in KNOBS.items():
         if (v := draw(st.sampled_from(values))) is not None:
             training[knob] = v

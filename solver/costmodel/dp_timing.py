@@ -3,6 +3,7 @@ its collectives, and the optimizer step (terms; see timing.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
@@ -322,6 +323,8 @@ def dp_terms(
         return comm, credit
     if taxed and K.overlap_tax:
         comm = [_scaled(t, 1.0 - K.overlap_tax) for t in comm]  # tax_terms charge the rest
+    if z <= 1 and R.ov.dp_per_chunk:  # every chunk but the last hides its own (timing_axes)
+        comm = [replace(t, pv=x.stage_dp) if t.pv is x.stage else t for t in comm]
     # What hides it (Megatron --overlap-grad-reduce / --overlap-param-gather, FSDP prefetch):
     # the last micro-batch's backward (z0), and the next step's first forward (z1), every
     # backward (z2), every forward and backward (z3), at overlap efficiency omega.

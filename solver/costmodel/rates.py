@@ -54,6 +54,12 @@ BUCKET = 40_000_000  # dp bucket (elements): Megatron DDP max(4e7, 1e6·dp) (dis
 # with_capacity and switch_load_balancing_loss_func).
 ROUTER_PASSES = 16
 ROUTER_BYTES = 4
+# FP8 dispatch (DeepEP under FP8 training): the tokens sent to the experts travel in FP8 with
+# one fp32 scale per 128 elements, the combines in BF16 (deepseek-ai/DeepEP @ dd758ca README.md
+# "FP8 dispatching and BF16 combining", csrc/kernels/legacy/internode.cu get_num_bytes_per_token;
+# DeepSeek-V3 report §3.3.2: the activations before the up-projections and the gradients before
+# the down-projections are dispatched in FP8, both combines kept in BF16).
+FP8_DISPATCH_BYTES = 1 + 4 / 128
 
 
 def _etp(te: tuple[int, ...]) -> int:
@@ -114,6 +120,11 @@ class Rates:
             self.dims_split += self.moe * A.shared * g * A.fe
         self.params_dense = self.F_proj / 6 + self.F_mlp / 6  # per layer, before tp
         self.params_expert = self.moe * A.E * A.mlp_params(A.fe) if A.is_moe else 0.0
+        # Bytes per element of the four all-to-alls, averaged: dispatch forward and the
+        # gradients' dispatch backward in FP8 where DeepEP runs under FP8 training, the two
+        # combines in BF16 (FP8_DISPATCH_BYTES).
+        fp8_dispatch = fp8 and self.ov.ep_dedup
+        self.a2a_bytes = (FP8_DISPATCH_BYTES + ACT_BYTES) / 2 if fp8_dispatch else float(ACT_BYTES)
 
     # -- links (span: an int, or an array of rows) -------------------------------------------
     def bw(self, span):  # noqa: ANN001, ANN201
@@ -222,10 +233,14 @@ class Rates:
 
     @rowwise
     def head(self, lay: LayoutOrRows) -> np.ndarray | float:
-        """Output layer GEMM and the cross-entropy's passes over the logits, per token."""
+        """Output layer GEMM and the cross-entropy's passes over the logits, per token. The
+        output layer runs in BF16 under FP8 training too: Megatron-Core's is a plain
+        ColumnParallelLinear outside Transformer Engine's FP8 layers (NVIDIA/Megatron-LM @
+        007562f megatron/core/models/gpt/gpt_model.py), torchtitan's Float8 conversion skips
+        it (float8 filter_fqns ["output"])."""
         A = self.c.A
         ce = self.c.recipe.logits * A.V / lay.tp / self.c.H.hbm_bw
-        return self.F_head / (lay.tp * self.rate_gemm) + ce
+        return self.F_head / (lay.tp * self.rate_bf16) + ce
 
     # -- tensor parallelism ---------------------------------------------------------------
     @rowwise
@@ -254,9 +269,12 @@ class Rates:
     # -- context parallelism ----------------------------------------------------------------
     @rowwise
     def cp_hop(self, lay: LayoutOrRows) -> np.ndarray | float:
-        """One ring step: K,V forward, K,V and dK,dV backward (Liu et al. 2023)."""
+        """One ring step: K,V forward, K,V and dK,dV backward (Liu et al. 2023), of the KV
+        heads, or of every query head where the framework repeats K,V before attention (the
+        recipe's kv_repeated: torchtitan @ 9dec370 models/llama/model.py repeat_kv)."""
         A = self.c.A
-        vol = 3 * 2 * A.kv * A.head_dim * ACT_BYTES / lay.tp
+        heads = A.a if self.c.recipe.kv_repeated else A.kv
+        vol = 3 * 2 * heads * A.head_dim * ACT_BYTES / lay.tp
         return vol / self.group_bw(lay.cp, lay.tp)
 
     @rowwise
@@ -287,7 +305,7 @@ class Rates:
         the routed tokens (Megatron's alltoall dispatcher)."""
         A, H = self.c.A, self.c.H
         tp, ep, etp = te[0], te[1], _etp(te)
-        copies = 4 * A.top_k * A.h * ACT_BYTES / tp  # every routed copy, per group token
+        copies = 4 * A.top_k * A.h * self.a2a_bytes / tp  # every routed copy, per group token
         span = ep * etp
         inside = ep - 1 if span <= H.gpn else max(H.gpn // etp - 1, 0)
         outside = ep - 1 - inside
@@ -303,7 +321,7 @@ class Rates:
             # GB/s RDMA on ~50 GB/s NICs), its intranode ones NVLink-bound (153 GB/s).
             nodes = -(-span // H.gpn)
             miss = math.comb(A.E - A.E // nodes, A.top_k) / math.comb(A.E, A.top_k)
-            out = 4 * A.h * ACT_BYTES / tp * (nodes - 1) * (1 - miss)
+            out = 4 * A.h * self.a2a_bytes / tp * (nodes - 1) * (1 - miss)
             t = max(out / self.bw(H.gpn + 1), copies * (ep - 1) / ep / self.bw(1))
         else:  # a flat all-to-all: in-node and inter-node peers at once (NCCL)
             t = max(into / self.bw(1), out / self.bw(H.gpn + 1))

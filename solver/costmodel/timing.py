@@ -76,19 +76,21 @@ def _moe_terms(c: Ctx, R: Rates, x: _Axes) -> list[Term]:
     unit = R.F_layer / R.rate_gemm  # s per token of one layer at tp 1: factors stay O(1)
     unit_mb = unit * c.s
 
+    # the overlap holds on some layouts only (Megatron's rules, or DualPipeV's pp > 1)
+    restricted = (R.ov.ep and R.ov.ep_needs_chunks) or R.ov.dualpipe
+
     @functools.cache  # read again by `half` below: computed once per te
     def exposed(te: tuple[int, ...]) -> Fraction:
         lay = _tp_only(te[0])  # one row: Python floats; the other micro-batch's layer hides
         experts = R.expert_gemm(lay)
         attn = R.compute(lay) + R.traffic(lay) - experts  # the rest of the layer
-        return _ratio(R.ep_exposed(te, attn, experts) / unit)
+        return _ratio(R.ep_exposed(te, attn, experts, True if restricted else None) / unit)
 
     permute = functools.cache(lambda te: _ratio(R.permute(te) / unit))  # as `exposed`
     etp = lambda te: Fraction(_etp(te))  # noqa: E731
     inv_ep = lambda te: Fraction(1, te[1] * _etp(te))  # noqa: E731
     latency = lambda te: _ratio(R.ep_latency(te) / unit_mb)  # noqa: E731
     terms: list[Term] = []
-    restricted = R.ov.ep and R.ov.ep_needs_chunks
     if restricted:
         _ep_where_legal(terms, c, R, x, exposed)
     else:
@@ -143,12 +145,13 @@ def _raw_a2a(R: Rates, unit: float):  # noqa: ANN202
 def _ep_where_legal(terms: list[Term], c: Ctx, R: Rates, x: _Axes, exposed) -> None:  # noqa: ANN001
     """The all-to-all and its latencies under an ep overlap the framework runs only with
     virtual stages when pp > 1 and without full recomputation (Megatron-Core's
-    overlap_moe_expert_parallel_comm): overlapped there, exposed elsewhere."""
+    overlap_moe_expert_parallel_comm), or DualPipeV's with pp > 1 (Overlaps.ep_runs):
+    overlapped there, exposed elsewhere."""
     pt, fx = x.pt, x.fx
     unit = R.F_layer / R.rate_gemm
     unit_mb = unit * c.s
     raw = _raw_a2a(R, unit)
-    lat = lambda te: _ratio(R.ep_latency(te) / unit_mb)  # noqa: E731
+    lat = lambda te: _ratio(R.ep_latency(te, overlap=True) / unit_mb)  # noqa: E731
     lat_raw = lambda te: _ratio(R.ep_latency(te, overlap=False) / unit_mb)  # noqa: E731
     legal = lambda pv: R.ov.ep_runs(pv[0], pv[1], False)  # noqa: E731
 

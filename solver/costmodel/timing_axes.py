@@ -42,6 +42,16 @@ class _Axes:
         L = c.A.L
         self.stage = lambda pv: n_stage(L, pv[0], pv[1])
         self.bub = lambda pv: Fraction((pv[0] - 1) * n_chunk(L, pv[0], pv[1]))
+        if c.overlaps is not None and c.overlaps.dualpipe:
+            # DualPipeV: (pp − 1)(F&B + B − 3W) over a rank's two stages, F&B ≈ F + B and
+            # W ≈ F (F:B = 1:2), so 2F of a stage, 2/3 of the interleaved 1F1B's (pp − 1)(F + B)
+            # (deepseek-ai/DualPipe @ 3da1bbe README.md, "Pipeline Bubbles" table)
+            self.bub = lambda pv: Fraction(2 * (pv[0] - 1) * n_chunk(L, pv[0], pv[1]), 3)
+        # ZeRO 0/1 traffic of a stage whose v chunks reduce (and gather) one by one: the last
+        # chunk's share waits for the step's end, the other v − 1 hide behind the remaining
+        # chunks' compute at overlap efficiency omega (FrameworkTiming.dp_per_chunk)
+        omega = c.K.omega
+        self.stage_dp = lambda pv: self.stage(pv) * _ratio((1 + (pv[1] - 1) * (1 - omega)) / pv[1])
         self.chunks = lambda pv: Fraction(pv[1])
         self.hops = lambda pv: Fraction(pv[0] - 1)
         self.inv_b = BatchFactor.of(-1, 0)

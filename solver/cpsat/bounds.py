@@ -31,6 +31,7 @@ import numpy as np
 
 from meshplan.solver.costmodel.model import STAGES
 from meshplan.solver.costmodel.terms import FACTOR_AXES, Compiled
+from meshplan.solver.rules import dualpipe
 from meshplan.solver.space import Space
 
 
@@ -356,9 +357,11 @@ class _Batch:
         m = self.tb.int_domain("db")[self.pos["db"], 2]  # (n, D)
         ok = self.mask["pv"][:, :, None] & self.mask["db"][:, None, :]
         prof = sp.profile
+        pp, M = pv[:, :, 0:1], m[:, None, :]
+        if dualpipe(sp.training):  # rules.interleave_ok: DualPipeV runs at least 2·pp
+            return ok & ((pv[:, :, 1:2] == 1) | (2 * pp <= M))
         if not (prof.interleave_whole_rounds or prof.interleave_torch_rounds):
             return ok
-        pp, M = pv[:, :, 0:1], m[:, None, :]
         runs = np.ones(np.broadcast_shapes(pp.shape, M.shape), dtype=bool)
         if prof.interleave_whole_rounds:
             runs &= M % pp == 0

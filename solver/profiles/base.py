@@ -131,6 +131,9 @@ class FrameworkTiming:
     # all-gathers them after the first block (only that block hides the exchange)
     ep_overlap_needs_chunks: bool = False  # the ep overlap needs v > 1 when pp > 1 and refuses
     # full recomputation (else it is timed exposed there)
+    dp_per_chunk: bool = False  # with virtual stages, each model chunk's dp traffic (ZeRO 0/1)
+    # starts at its own last backward (and gathers before its first forward), behind the other
+    # chunks' compute, instead of all of it at the step's end
 
 
 @dataclass(frozen=True, kw_only=True)

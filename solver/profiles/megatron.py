@@ -83,6 +83,9 @@ MEGATRON = Profile(
             "recomputation"
         ),
         ep_overlap_needs_chunks=True,
+        # schedules.py @ 4dabc62 forward_backward_pipelining_with_interleaving: grad_sync_func
+        # per model chunk at its last micro-batch's backward, param_sync_func at its first
+        dp_per_chunk=True,
     ),
 )
 

@@ -19,14 +19,13 @@ from functools import partial
 
 import numpy as np
 
-from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.costmodel.constants import Constants
 from meshplan.solver.costmodel.timing import Rates, dp_terms, objective_terms
-from meshplan.solver.hardware import resolve_cluster
 from meshplan.tools.calibration.knobs import candidates
 from meshplan.tools.calibration.loaders import CalibrationRun
-from meshplan.tools.calibration.score import RunResult, evaluate_runs, with_constants
+from meshplan.tools.calibration.runs import fold_of
+from meshplan.tools.calibration.score import RunResult, evaluate_runs, speed_model, with_constants
 
 HUBER = 0.10  # pseudo-Huber scale of the log error: errors below ~10% count quadratically
 PRIOR_WEIGHT = 0.01  # residual weight of one logit unit (one sigma) from a constant's prior
@@ -122,8 +121,7 @@ class Prepared:
 def prepare(runs: Sequence[CalibrationRun], tune: bool = True) -> list[Prepared]:
     out = []
     for r in runs:
-        A, H = resolve_model(r.model), resolve_cluster(r.cluster)
-        cm = CostModel(A, H, r.training, r.search)
+        cm = speed_model(r)
         configs = candidates(r) if tune else (r.config,)
         out.append(Prepared(r, cm, [Point.from_config(c) for c in configs]))
     return out
@@ -218,9 +216,9 @@ def _fit_constants(
 
 
 def _fold(args: tuple[str, Sequence[CalibrationRun], FitFn, bool]) -> list[RunResult]:
-    source, runs, fit_fn, tune = args
-    train = [r for r in runs if r.source != source]
-    test = [r for r in runs if r.source == source]
+    fold, runs, fit_fn, tune = args
+    train = [r for r in runs if fold_of(r.source) != fold]
+    test = [r for r in runs if fold_of(r.source) == fold]
     return evaluate_runs(test, fit_fn(train), memory=False, tune=tune)
 
 
@@ -231,10 +229,11 @@ def leave_one_source_out(
     max_iter: int = 40,
     tune: bool = True,
 ) -> list[RunResult]:
-    """Each source scored by constants fitted on every other source (in the runs' order);
-    `fit_fn` (runs -> Constants) defaults to `fit` from the priors; `tune` as in `fit`."""
+    """Each source scored by constants fitted on every other source (in the runs' order;
+    sources of one document, runs.FOLDS, are held out together); `fit_fn` (runs -> Constants)
+    defaults to `fit` from the priors; `tune` as in `fit`."""
     fit_fn = fit_fn or partial(_fit_constants, max_iter=max_iter, tune=tune)
-    sources = list(dict.fromkeys(r.source for r in runs))
+    sources = list(dict.fromkeys(fold_of(r.source) for r in runs))
     args = [(s, list(runs), fit_fn, tune) for s in sources]
     if jobs > 1 and len(sources) > 1:
         with ProcessPoolExecutor(min(jobs, len(sources))) as pool:

@@ -10,8 +10,8 @@ the run used), the published layout, and the published speed as tokens/s per GPU
 source's FLOP convention undone: `CONVERSIONS`). Fields a source does not publish take the
 per-source default stated in `DEFAULTS`; each run lists the defaults it used (`assumptions`).
 fsdp_runs.json (llm-foundry, nanotron) is loaded by tools/calibration/fsdp.py (`load_fsdp`;
-`load_calibration` returns every run, `load_all` the three files the time constants are fitted
-on). This module loads the first and the last; tools/calibration/megatron.py the second;
+`load_calibration` returns every run: the runs the time constants are fitted on and the fidelity
+benchmark scores; `load_all` the other three files). This module loads the first and the last; tools/calibration/megatron.py the second;
 tools/calibration/runs.py holds the run model and what the loaders share;
 tools/calibration/sources.py the conventions in words.
 """
@@ -53,6 +53,7 @@ from meshplan.tools.calibration.runs import (
     _gpu,
     _recompute,
     megatron_flops_per_token,
+    micro_batch,
 )
 from meshplan.tools.calibration.sources import CONVERSIONS, DEFAULTS
 
@@ -138,11 +139,7 @@ def _run_from_published(rec: dict[str, Any]) -> CalibrationRun:
         seqs = gpus
         used.append("one sequence per GPU")
     unstated: list[Knob] = []
-    local = par["micro_batch"]
-    if local is None:
-        local = 1
-        used.append("micro-batch 1")
-        unstated.append("micro_batch_size")
+    local = micro_batch(par["micro_batch"], used, unstated)
     v = par["virtual_pipeline_stages"]
     if v == "interleaved":
         v = 2  # torchtitan @ 9dec370 pipelining_utils.generate_split_points: 2 stages per rank

@@ -26,6 +26,7 @@ from meshplan.tools.calibration.runs import (
     _category,
     _recompute,
     megatron_flops_per_token,
+    micro_batch,
 )
 
 # head_dim where it differs from hidden/heads.
@@ -90,11 +91,7 @@ def _run_from_megatron(rec: dict[str, Any]) -> CalibrationRun:
     dp = par["dp"] or gpus // (tp * pp * cp)
     ep = par["ep"] or 1
     unstated: list[Knob] = []
-    b = par["micro_batch"]
-    if b is None:
-        b = 1
-        used.append("micro-batch 1")
-        unstated.append("micro_batch_size")
+    b = micro_batch(par["micro_batch"], used, unstated)
     seqs = par["global_batch_seqs"]
     M = seqs // (dp * b)
     if dp * b * M != seqs or (par["grad_accum"] and par["grad_accum"] != M):

@@ -43,6 +43,10 @@ SOURCES = (
     "llmfoundry",
     "nanotron",
 )
+# Sources printed by one document are held out together (leave-one-source-out folds): the
+# mosaicml runs and fsdp_runs.json's llm-foundry layouts are both tables of mosaicml/llm-foundry
+# scripts/train/benchmarking/README.md (at 061f2c7 and 8c8dd48).
+FOLDS = {"llmfoundry": "mosaicml"}
 CATEGORIES = ("BF16-dense", "FP8-dense", "MoE")
 Category = Literal["BF16-dense", "FP8-dense", "MoE"]
 Knob = Literal["micro_batch_size", "virtual_stages", "recompute"]
@@ -143,6 +147,21 @@ class CalibrationRun(_Strict):
             config=self.config,
             search=self.search,
         )
+
+
+def fold_of(source: str) -> str:
+    """The leave-one-source-out fold a source is held out in (its own, or FOLDS')."""
+    return FOLDS.get(source, source)
+
+
+def micro_batch(stated: int | None, used: list[str], unstated: list[Knob]) -> int:
+    """The published micro-batch size, or 1 where the source does not print it (then tuned:
+    tools/calibration/knobs.py), recorded in `used` and `unstated`."""
+    if stated is not None:
+        return stated
+    used.append("micro-batch 1")
+    unstated.append("micro_batch_size")
+    return 1
 
 
 def _category(moe: bool, precision: Precision) -> Category:

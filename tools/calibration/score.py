@@ -24,6 +24,7 @@ from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.costmodel.band import cell_key, family_of
 from meshplan.solver.costmodel.constants import Constants
+from meshplan.solver.costmodel.context import recipe_of
 from meshplan.solver.hardware import resolve_cluster
 from meshplan.solver.schema import ParallelConfig
 from meshplan.tools.calibration.knobs import candidates, setting
@@ -109,7 +110,7 @@ def evaluate_run(
     unstated knobs at their fastest candidate setting (tools/calibration/knobs.py) unless
     `tune` is off (then at the source's stated default)."""
     A, H = resolve_model(run.model), resolve_cluster(run.cluster)
-    cm = CostModel(A, H, run.training, run.search, constants)
+    cm = speed_model(run, constants)
     configs = candidates(run) if tune else (run.config,)
     scored = [(cm.performance(Point.from_config(c)), c) for c in configs]
     perf, config = max(scored, key=lambda x: x[0].tokens_per_s)
@@ -139,6 +140,16 @@ def evaluate_run(
         config=config,
         setting=setting(run, config),
     )
+
+
+def speed_model(run: CalibrationRun, constants: Constants | None = None) -> CostModel:
+    """The cost model that times a run: its request's, with what its framework version did
+    that the profile does not say (K,V repeated before attention: what cp exchanges)."""
+    A, H = resolve_model(run.model), resolve_cluster(run.cluster)
+    if not run.kv_repeated:
+        return CostModel(A, H, run.training, run.search, constants)
+    rec = replace(recipe_of(run.training), kv_repeated=True)
+    return CostModel(A, H, run.training, run.search, constants, recipe=rec)
 
 
 def evaluate_runs(

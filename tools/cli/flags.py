@@ -35,8 +35,15 @@ EMIT_KINDS = (  # tools/export/emit.py's KINDS
     "llm_foundry",
     "nanotron",
 )
-# The memory recipe's knobs (solver/schema.py TrainingSpec): flag -> (choices, help)
+# The training switches (solver/schema.py TrainingSpec): the pipeline schedule and the memory
+# recipe's knobs: flag -> (choices, help)
 RECIPE_FLAGS = {
+    "pipeline_schedule": (
+        ("ONE_F_ONE_B", "DUALPIPE_V"),
+        "the pipeline schedule: ONE_F_ONE_B (interleaved over --virtual-stages) or DUALPIPE_V "
+        "(two stages per rank, a third of the bubble, the expert all-to-all hidden: DeepSeek-V3 "
+        "report; TORCHTITAN only)",
+    ),
     "loss_kernel": (
         ("EAGER_FP32", "COPY_FP32", "INPLACE_FP32", "FUSED_BF16", "COMPILED", "CHUNKED"),
         "how the loss holds the logits: EAGER_FP32 (12 bytes per logit element), COPY_FP32 (8), "

@@ -9,7 +9,13 @@ import tomli_w
 
 from meshplan.solver.arch import Arch
 from meshplan.solver.profiles import Profile
-from meshplan.solver.schema import ParallelConfig, Precision, Recompute, TrainingSpec
+from meshplan.solver.schema import (
+    ParallelConfig,
+    PipelineSchedule,
+    Precision,
+    Recompute,
+    TrainingSpec,
+)
 from meshplan.tools.export import overlaps
 from meshplan.tools.export.attention import attention_of, unknown_note
 from meshplan.tools.export.formats import summary
@@ -67,7 +73,8 @@ def torchtitan(
     if A.is_moe:
         par["expert_tensor_parallel_degree"] = c.etp
     par |= overlap_par
-    pipe, local = pipeline_keys(A, c, "output")
+    dual = t.pipeline_schedule is PipelineSchedule.DUALPIPE_V
+    pipe, local = pipeline_keys(A, c, "output", dual)
     par |= pipe
     mode = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}
     ac: dict[str, object] = {"mode": mode[c.recompute]}

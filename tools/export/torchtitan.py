@@ -18,7 +18,14 @@ import dataclasses
 
 from meshplan.solver.arch import Arch, resolve_model
 from meshplan.solver.profiles import Profile
-from meshplan.solver.schema import ModelSpec, ParallelConfig, Precision, Recompute, TrainingSpec
+from meshplan.solver.schema import (
+    ModelSpec,
+    ParallelConfig,
+    PipelineSchedule,
+    Precision,
+    Recompute,
+    TrainingSpec,
+)
 from meshplan.tools.export import overlaps
 from meshplan.tools.export.formats import chunk_sizes, summary
 
@@ -99,7 +106,8 @@ def render(
     # 0.3.0 moved async TP to CompileConfig and dropped the CP rotate method (all-gather only)
     moved = ("context_parallel_rotate_method", "enable_async_tensor_parallel")
     par |= {k: v for k, v in overlap_par.items() if k not in moved}
-    pipe, local = pipeline_keys(A, c, "lm_head")
+    dual = t.pipeline_schedule is PipelineSchedule.DUALPIPE_V
+    pipe, local = pipeline_keys(A, c, "lm_head", dual)
     par |= pipe
     training: dict[str, object] = {
         "local_batch_size": local,
@@ -175,9 +183,13 @@ def render(
     return "\n".join([f"# {h}" for h in head] + imports + body) + "\n"
 
 
-def pipeline_keys(A: Arch, c: ParallelConfig, output: str) -> tuple[dict[str, object], int]:
+def pipeline_keys(
+    A: Arch, c: ParallelConfig, output: str, dualpipe: bool = False
+) -> tuple[dict[str, object], int]:
     """torchtitan's pipeline keys (schedule, micro-batch, each stage's modules, the output
-    module named `output`) and its local batch size, in either config system."""
+    module named `output`) and its local batch size, in either config system; `dualpipe`:
+    the DualPipeV schedule (its stages are listed in order: torchtitan places them on the ranks
+    in a V, stage_ids_this_rank style "v")."""
     if c.pp == 1:
         return {}, c.micro_batch_size  # gradient accumulation = global / (local * dp)
     parts, first = [], 0
@@ -187,7 +199,9 @@ def pipeline_keys(A: Arch, c: ParallelConfig, output: str) -> tuple[dict[str, ob
     parts[0].insert(0, "tok_embeddings")
     parts[-1] += ["norm", output]
     keys: dict[str, object] = {
-        "pipeline_parallel_schedule": "Interleaved1F1B" if c.virtual_stages > 1 else "1F1B",
+        "pipeline_parallel_schedule": (
+            "DualPipeV" if dualpipe else "Interleaved1F1B" if c.virtual_stages > 1 else "1F1B"
+        ),
         "pipeline_parallel_microbatch_size": c.micro_batch_size,
         "module_fqns_per_model_part": parts,
     }
