@@ -55,7 +55,9 @@ def remote_evaluate(
 
 def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `meshplan batch` (run_batch reads them with getattr, so a subset works too)."""
-    add_server_flag(parser, "the meshplan server(s) to send the requests to (required unless --ray)")
+    add_server_flag(
+        parser, "the meshplan server(s) to send the requests to (required unless --ray)"
+    )
     add_ray_flag(parser)
     parser.add_argument(
         "--jobs",
