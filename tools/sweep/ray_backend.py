@@ -287,13 +287,15 @@ class Workers:
                 slot = self._slots[i]
                 try:
                     answer = ray.get(ref)
-                except (RayActorError, ObjectLostError):  # the actor or its node died
+                except (RayActorError, ObjectLostError) as err:  # the actor or its node died
                     todo.appendleft(chunk)  # sent again; nothing of it was handed back
                     if generation == slot.generation:  # first of its calls to fail: replace it
                         self.lost += 1
                         if self.lost > limit:
+                            why = str(err).strip().splitlines()[-1:] or ["no reason given"]
                             raise WorkersLost(
-                                f"{self.lost} Ray worker actors died; the last: actor of slot {i}"
+                                f"{self.lost} Ray worker actors died (is meshplan[planner] of "
+                                f"this version installed on every node?); the last: {why[0]}"
                             ) from None
                         self._slots[i] = _Slot(_actor_class().remote(self.warm), generation + 1)
                     continue
