@@ -227,3 +227,20 @@ def test_ray_flag_without_ray_exits_2_with_what_to_install(
     assert code == 2
     assert err.count("\n") == 1 and RAY_MISSING in err and "pip install 'meshplan[ray]'" in err
     assert not list(tmp_path.iterdir())  # nothing ran, nothing written
+
+
+def test_the_throughput_report_puts_rays_start_up_apart_and_judges_the_target() -> None:
+    from benchmarks.ray_sweep import ray_lines, ray_over_pool
+    from benchmarks.throughput import PathResult, Report
+
+    pool = PathResult("process pool x2", 1000, 1000, 50.0, {"OPTIMAL": 1000})
+    ray = PathResult("Ray x2", 1000, 1000, 56.0, {"OPTIMAL": 1000}, startup_s=20.0, actors_s=3.0)
+    batch = PathResult("PlanBatch (gRPC) x2", 1000, 1000, 40.0, {}, processes=2)
+    rep = Report([batch, pool, ray], [2], 2, 10.0, False, distinct=True)
+    assert ray_over_pool(rep.results) == pytest.approx(1.12)
+    lines = ray_lines(rep)
+    assert "ray.init 20" in lines[0] and "warm 3" in lines[0]
+    assert lines[1].endswith("1.120x: met (at most 1.15x)")
+    ray.seconds = 60.0
+    assert "1.200x: MISSED" in ray_lines(rep)[1]
+    assert ray_over_pool([batch, pool]) is None
