@@ -58,7 +58,8 @@ def _knobs(p: argparse.ArgumentParser, lists: bool) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="solver processes (count; default 0: one per CPU)",
+        help="solver processes, or with --ray worker actors at most (count; default 0: one per "
+        "CPU, of the cluster with --ray)",
     )
     add_server_flag(p, "solve on meshplan servers through PlanBatch (default: in-process)")
     p.add_argument(
