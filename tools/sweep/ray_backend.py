@@ -207,6 +207,8 @@ class WorkersLost(RuntimeError):
 
 @dataclass
 class _Slot:
+    """One actor, its generation (how many were replaced before it) and its calls in flight."""
+
     actor: Any
     generation: int = 0
     load: int = 0
@@ -235,10 +237,6 @@ class Workers:
         ray = import_ray()
         self._start(self.count or 1 << 30)
         return ray.get([s.actor.pid.remote() for s in self._slots])
-
-    def kill(self, index: int) -> None:
-        """Kill one actor (the tests use it to stand for a worker that dies)."""
-        import_ray().kill(self._slots[index].actor, no_restart=True)
 
     def close(self) -> None:
         """Kill every actor now: their calls stop with them."""
