@@ -244,3 +244,33 @@ def test_the_throughput_report_puts_rays_start_up_apart_and_judges_the_target() 
     ray.seconds = 60.0
     assert "1.200x: MISSED" in ray_lines(rep)[1]
     assert ray_over_pool([batch, pool]) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            [
+                "sweep",
+                "--models",
+                "llama2-7b",
+                "--gpus",
+                "8",
+                "--out",
+                "{tmp}/x",
+                "--ray",
+                "--server",
+                "localhost:1",
+            ],
+            "--ray: give --ray or --server, not both",
+        ),  # fmt: skip
+        (["batch", "--request", "{tmp}/none.json"], "--server or --ray: give where to solve"),
+    ],
+)
+def test_ray_and_server_are_one_or_the_other(
+    argv: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and said in err
+    assert not list(tmp_path.iterdir())
