@@ -129,6 +129,24 @@ def test_a_killed_worker_actor_loses_nothing(backend: Any, tmp_path: Path) -> No
     assert all(r["status"] == "OPTIMAL" for r in rows)
 
 
+def test_an_actor_that_cannot_be_placed_holds_no_work(backend: Any, tmp_path: Path) -> None:
+    jobs = _jobs("llama2-7b", (8, 16, 32, 64))
+    backend.workers.close()
+    backend.workers.count = 3  # on 2 CPUs: the third waits for a CPU that never frees
+    try:
+        with SweepFiles(None, tmp_path / "placed.jsonl") as files:
+            stats = run_sweep(jobs, files, ray=backend)
+        ready = [s.ready for s in backend.workers._slots]
+        assert len(ready) == 3 and 1 <= ready.count(True) <= 2  # never the one with no CPU
+    finally:
+        backend.workers.count = 0
+        backend.workers.close()
+    assert stats.solved == len(jobs) == 4
+    assert sorted(r["key"] for r in _lines(tmp_path / "placed.jsonl")) == sorted(
+        j.key for j in jobs
+    )
+
+
 def test_an_interrupted_sweep_stops_its_actors_and_resumes_without_a_duplicate(
     backend: Any, tmp_path: Path
 ) -> None:

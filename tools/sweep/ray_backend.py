@@ -207,10 +207,12 @@ class WorkersLost(RuntimeError):
 
 @dataclass
 class _Slot:
-    """One actor, its generation (how many were replaced before it) and its calls in flight."""
+    """One actor, its generation (how many were replaced before it), whether it has started
+    (answered its ping) and its calls in flight."""
 
     actor: Any
     generation: int = 0
+    ready: bool = False
     load: int = 0
 
 
@@ -236,7 +238,10 @@ class Workers:
         """The actors' process ids (starts one actor per CPU if none runs yet)."""
         ray = import_ray()
         self._start(self.count or 1 << 30)
-        return ray.get([s.actor.pid.remote() for s in self._slots])
+        pids = ray.get([s.actor.pid.remote() for s in self._slots])
+        for slot in self._slots:
+            slot.ready = True
+        return pids
 
     def close(self) -> None:
         """Kill every actor now: their calls stop with them."""
@@ -264,13 +269,19 @@ class Workers:
         self._start(len(items))
         per = max(1, min(MAX_CHUNK, len(items) // (len(self._slots) * IN_FLIGHT * 4)))
         todo = deque(list(range(i, min(i + per, len(items)))) for i in range(0, len(items), per))
-        flying: dict[Any, tuple[int, int, list[int]]] = {}  # ref -> (slot, generation, chunk)
+        # ref -> (slot, generation, chunk); chunk None: the actor's start-up ping. Chunks go only
+        # to actors that have answered it, so an actor that cannot be placed (no free CPU, its
+        # node gone) holds no work: the others do it.
+        flying: dict[Any, tuple[int, int, list[int] | None]] = {}
+        for i, slot in enumerate(self._slots):
+            if not slot.ready:
+                flying[slot.actor.pid.remote()] = (i, slot.generation, None)
         limit = self.max_lost or 4 * len(self._slots)
         finished = False
         try:
-            while todo or flying:
+            while todo or any(chunk is not None for _, _, chunk in flying.values()):
                 for i, slot in enumerate(self._slots):
-                    while todo and slot.load < IN_FLIGHT:
+                    while todo and slot.ready and slot.load < IN_FLIGHT:
                         chunk = todo.popleft()
                         ref = getattr(slot.actor, method).remote([items[j] for j in chunk], *args())
                         flying[ref] = (i, slot.generation, chunk)
@@ -286,7 +297,8 @@ class Workers:
                 try:
                     answer = ray.get(ref)
                 except (RayActorError, ObjectLostError) as err:  # the actor or its node died
-                    todo.appendleft(chunk)  # sent again; nothing of it was handed back
+                    if chunk is not None:
+                        todo.appendleft(chunk)  # sent again; nothing of it was handed back
                     if generation == slot.generation:  # first of its calls to fail: replace it
                         self.lost += 1
                         if self.lost > limit:
@@ -295,9 +307,15 @@ class Workers:
                                 f"{self.lost} Ray worker actors died (is meshplan[planner] of "
                                 f"this version installed on every node?); the last: {why[0]}"
                             ) from None
-                        self._slots[i] = _Slot(_actor_class().remote(self.warm), generation + 1)
+                        slot = self._slots[i] = _Slot(
+                            _actor_class().remote(self.warm), generation + 1
+                        )
+                        flying[slot.actor.pid.remote()] = (i, slot.generation, None)
                     continue
-                if generation == slot.generation:
+                if chunk is None:  # the ping: the actor has started
+                    slot.ready = slot.ready or generation == slot.generation
+                    continue
+                if generation == slot.generation:  # else: a replaced actor's answer, still good
                     slot.load -= 1
                 yield chunk, answer
             finished = True
