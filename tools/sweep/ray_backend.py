@@ -23,6 +23,7 @@ import gc
 import logging
 import os
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -71,12 +72,16 @@ def ray_cluster(address: str | None = None, cpus: int = 0) -> Iterator[ClusterIn
             "log_to_driver": False,  # the command's own lines, not every worker's log
             "logging_level": logging.WARNING,
         }
-        if not address and not os.environ.get("RAY_ADDRESS"):
+        if (address or "").startswith("ray://"):  # Ray Client: the others would go to the
+            kwargs = {"address": address}  # server's own ray.init, with a warning
+        elif not address and not os.environ.get("RAY_ADDRESS"):
             from meshplan.server.settings import usable_cpus
 
             kwargs["num_cpus"] = cpus or usable_cpus()
         try:
-            ray.init(**kwargs)
+            with warnings.catch_warnings():  # Ray Client's time-out warning: the error says it
+                warnings.simplefilter("ignore", UserWarning)
+                ray.init(**kwargs)
         except ConnectionError as err:
             raise ValueError(
                 f"--ray {address or ''}: no Ray cluster to connect to: {err}"
