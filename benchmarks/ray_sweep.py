@@ -144,7 +144,9 @@ def _count_lines(path: Path) -> int:
         return 0
 
 
-def killed_and_resumed(n: int, kill_at: float, workers: int, folder: Path) -> SweepRun:
+def killed_and_resumed(
+    n: int, kill_at: float, workers: int, folder: Path, time_limit_s: float | None = None
+) -> SweepRun:
     """The sweep of `big_grid(n)` on Ray in a child process, SIGKILLed once `kill_at` of its
     cells are written, then run again to the end."""
     from meshplan.tools.sweep.grid import expand_models, parse_gpus, parse_ints
@@ -164,6 +166,8 @@ def killed_and_resumed(n: int, kill_at: float, workers: int, folder: Path) -> Sw
     out.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "meshplan", "sweep", "--ray", "--jobs", str(workers), *flags]
     argv += ["--jsonl", str(out), "--no-progress"]
+    if time_limit_s:
+        argv += ["--time-limit", str(time_limit_s)]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a new local cluster
     t0 = time.perf_counter()
     child = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
@@ -214,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     n = 2000 if a.quick else a.n
     print(header("ray_sweep", quick=a.quick, plans=n, workers=a.workers), flush=True)
-    run = killed_and_resumed(n, a.kill_at, a.workers, Path(a.dir))
+    run = killed_and_resumed(n, a.kill_at, a.workers, Path(a.dir), a.time_limit)
     print(render(run))
     write_json(a.json, {"benchmark": "ray_sweep", "report": asdict(run)})
     return 0 if run.exact else 1
