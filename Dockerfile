@@ -8,11 +8,15 @@
 #     -e MESHPLAN_AUTH_TOKEN_FILE=/etc/meshplan/tokens/tokens meshplan
 #
 # Every `meshplan serve` setting is a MESHPLAN_* variable (README, "Serving over gRPC").
+# With Ray, for KubeRay's pods (deploy/kuberay; README, "Scale out"):
+#   docker build --build-arg EXTRAS=planner,ray -t meshplan-ray .
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # --- build: install the package and its dependencies into a virtual environment -------------
 FROM ${PYTHON_IMAGE} AS build
+# the optional dependencies installed (pyproject.toml): planner, or planner,ray
+ARG EXTRAS=planner
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/meshplan
@@ -24,7 +28,7 @@ COPY server ./server
 COPY client ./client
 COPY tools ./tools
 RUN /opt/meshplan/bin/pip install --upgrade pip \
- && /opt/meshplan/bin/pip install '.[planner]' \
+ && /opt/meshplan/bin/pip install ".[${EXTRAS}]" \
  && /opt/meshplan/bin/meshplan catalog > /dev/null
 
 # --- runtime: the environment alone, run as an unprivileged user ----------------------------

@@ -18,7 +18,13 @@ CPU" is the solver processes' CPU time per plan (from /proc). From both, the spe
 CPU a plan takes with 2 processes allows on 2 cores is printed beside the measured one.
 Targets: 1,000 plans in <= 5 s through PlanBatch, and >= 1.8x the plans/s from 1 to 2 processes.
 
-    python -m benchmarks throughput [--quick] [-n N] [--processes 1,2] [--pool process,thread]
+    python -m benchmarks throughput [--quick] [-n N] [--processes 1,2] [--pool process,thread,ray]
+    python -m benchmarks throughput --distinct [-n N]   # PlanBatch x2, process pool, Ray
+
+With --distinct, the requests are the distinct mix (benchmarks/suite.py: 2,400 shuffled
+requests, none twice; the first N) and the pools default to process,ray: Ray's start-up (ray.init,
+then the actors' spawn and warm-up) is reported apart. Target: Ray within 15% of the process
+pool.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from benchmarks.common import (
     verdict,
     write_json,
 )
-from benchmarks.suite import throughput_requests
+from benchmarks.suite import distinct_requests, throughput_requests
 
 TARGET_PLANS = 1000
 TARGET_SECONDS = 5.0  # 1,000 plans in <= 5 s
@@ -73,6 +79,8 @@ class PathResult:
     main_cpu_s: float = 0.0
     # CPU time of the solver processes while the batch ran (None where /proc is not readable)
     worker_cpu_s: float | None = None
+    startup_s: float = 0.0  # Ray: ray.init of the local cluster (not in `seconds`)
+    actors_s: float = 0.0  # Ray: the actors' spawn, imports and warm-up (not in `seconds`)
 
     @property
     def main_cpu_ms_per_plan(self) -> float:
@@ -101,6 +109,7 @@ class Report:
     time_limit_s: float
     quick: bool
     source_warning: str = ""  # set when solver/ changed during the run
+    distinct: bool = False  # the distinct mix (suite.distinct_requests), not the sweep
 
 
 def _tick(path: str, n: int, total: int, t0: float, progress: bool) -> None:
@@ -259,9 +268,17 @@ def run_thread_pool(reqs: list[Any], workers: int, progress: bool = False) -> Pa
         return _collect(f"thread pool x{workers}", reqs, answers, t0, progress)
 
 
+def run_ray_pool(reqs: list[Any], workers: int, progress: bool = False) -> PathResult:
+    """The requests on a local Ray cluster's warm actors (benchmarks/ray_sweep.py)."""
+    from benchmarks.ray_sweep import run_ray_pool as on_ray
+
+    return on_ray(reqs, workers, progress)
+
+
 POOLS: dict[str, Callable[[list[Any], int, bool], PathResult]] = {
     "process": run_process_pool,
     "thread": run_thread_pool,
+    "ray": run_ray_pool,
 }
 
 
@@ -273,15 +290,20 @@ def run(
     pools: tuple[str, ...] = (),
     progress: bool = False,
     processes: tuple[int, ...] = DEFAULT_PROCESSES,
+    distinct: bool = False,
 ) -> Report:
     """Run the same requests through PlanBatch per process count and each pool; see the module
     docstring."""
     watch = SourceWatch()
     limit = time_limit_s or DEFAULT_TIME_LIMIT_S
-    reqs = throughput_requests(n or (QUICK_N if quick else DEFAULT_N), quick, time_limit_s=limit)
+    count = n or (QUICK_N if quick else DEFAULT_N)
+    if distinct:
+        reqs = distinct_requests(count, time_limit_s=limit)
+    else:
+        reqs = throughput_requests(count, quick, time_limit_s=limit)
     results = [run_batch(reqs, p, limit, progress) for p in processes]
     results += [POOLS[p](reqs, workers, progress) for p in pools]
-    return Report(results, list(processes), workers, limit, quick, watch.warning())
+    return Report(results, list(processes), workers, limit, quick, watch.warning(), distinct)
 
 
 def speedup(rep: Report) -> float | None:
@@ -332,6 +354,10 @@ def render(rep: Report) -> str:
     for r in rep.results:
         v = verdict(r.seconds_per_1000, TARGET_SECONDS)
         out.append(f"{r.path}: time per {TARGET_PLANS:,} plans: {v}")
+    if any(r.startup_s for r in rep.results):
+        from benchmarks.ray_sweep import ray_lines
+
+        out += ray_lines(rep)
     up = speedup(rep)
     if up is not None:
         v = "met" if up >= TARGET_SPEEDUP else "MISSED"
@@ -381,7 +407,17 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated local pools besides PlanBatch: process, thread (default: none)",
     )
     p.add_argument("--progress", action="store_true", help="a line per 100 answers on stderr")
+    p.add_argument(
+        "--distinct",
+        action="store_true",
+        help="the distinct mix (benchmarks/suite.py: no request twice) through PlanBatch with 2 "
+        "processes, the process pool and a local Ray cluster (default pools: process,ray)",
+    )
     a = p.parse_args(argv)
+    if a.distinct and not a.pool:
+        a.pool = "process,ray"
+    if a.distinct and a.processes == ",".join(map(str, DEFAULT_PROCESSES)):
+        a.processes = str(a.workers)  # one server of the pools' CPUs
     pools = tuple(x for x in a.pool.split(",") if x)
     bad = [x for x in pools if x not in POOLS]
     if bad:
@@ -395,10 +431,17 @@ def main(argv: list[str] | None = None) -> int:
     limit = a.time_limit or DEFAULT_TIME_LIMIT_S
     n = a.n or (QUICK_N if a.quick else DEFAULT_N)
     print(
-        header("throughput", quick=a.quick, plans=n, processes=a.processes, time_limit_s=limit),
+        header(
+            "throughput",
+            quick=a.quick,
+            plans=n,
+            processes=a.processes,
+            time_limit_s=limit,
+            mix="distinct" if a.distinct else "sweep",
+        ),
         flush=True,
     )
-    rep = run(a.quick, n, a.workers, limit, pools, a.progress, procs)
+    rep = run(a.quick, n, a.workers, limit, pools, a.progress, procs, a.distinct)
     print(render(rep))
     write_json(a.json, {"benchmark": "throughput", "report": asdict(rep)})
     return 0

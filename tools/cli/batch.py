@@ -22,7 +22,8 @@ from meshplan.client.exceptions import FieldViolation, InvalidRequestError, Plan
 from meshplan.client.sync import BatchItem, PlannerClient
 from meshplan.solver.results import Evaluation, PlanResult
 from meshplan.solver.schema import EvaluateRequest, PlanRequest
-from meshplan.tools.cli.flags import add_server_flag
+from meshplan.tools.cli.flags import add_ray_flag, add_server_flag, ray_backend
+from meshplan.tools.cli.interrupt import sigterm_as_interrupt
 from meshplan.tools.cli.messages import one_line, shorten
 from meshplan.tools.cli.remote import connect
 from meshplan.tools.render.progress import Progress
@@ -54,7 +55,17 @@ def remote_evaluate(
 
 def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `meshplan batch` (run_batch reads them with getattr, so a subset works too)."""
-    add_server_flag(parser, "the meshplan server(s) to send the requests to", required=True)
+    add_server_flag(
+        parser, "the meshplan server(s) to send the requests to (required unless --ray)"
+    )
+    add_ray_flag(parser)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --ray: worker actors at most (count; default 0: one per CPU of the cluster)",
+    )
     parser.add_argument(
         "--request",
         required=True,
@@ -146,33 +157,55 @@ def run_batch(args: argparse.Namespace) -> int:
     server could not be reached, 2 on a bad input file.
     """
     try:
+        ray = ray_backend(args)
+        if ray is None and not getattr(args, "server", None):
+            raise ValueError("--server or --ray: give where to solve the requests")
         reqs = read_requests(args.request)
     except ValueError as err:
         print(f"meshplan batch: {shorten(str(err))}", file=sys.stderr)
         return 2
-    servers = [s for s in str(args.server).split(",") if s]
     output = getattr(args, "output", "-") or "-"
     fmt = getattr(args, "format", None) or ("csv" if output.endswith(".csv") else "jsonl")
     show = getattr(args, "progress", None)
     bar = Progress(len(reqs), enabled=sys.stderr.isatty() if show is None else show)
-    failed, first = 0, ""
+    if ray is not None:  # the worker actors of a Ray cluster (tools/sweep/ray_paths.py)
+        with _open(output) as out, ray, sigterm_as_interrupt():
+            try:
+                failed, first = _write_all(ray.batch(reqs), _writer(out, fmt, reqs), bar)
+            finally:
+                bar.close()
+        return _said(failed, first, len(reqs))
+    servers = [s for s in str(args.server).split(",") if s]
     with _open(output) as out, connect(args, servers) as client:
-        write = _writer(out, fmt, reqs)
         try:
-            for item in _send(client, reqs, args, in_flight=len(servers)):
-                if item.error is not None:
-                    failed += 1
-                    first = first or f"request {item.index}: {_error_line(item.error)}"
-                write(item)
-                bar.update()
+            items = _send(client, reqs, args, in_flight=len(servers))
+            failed, first = _write_all(items, _writer(out, fmt, reqs), bar)
         except PlannerError as err:
             bar.close()
             print(f"meshplan batch: {shorten(str(err))}", file=sys.stderr)
             return 1
     bar.close()
-    if failed:  # the rows say which and why; the exit status alone would leave the user guessing
+    return _said(failed, first, len(reqs))
+
+
+def _write_all(items: Iterator[BatchItem], write: Any, bar: Progress) -> tuple[int, str]:
+    """Write every answer; (how many failed, the first failure in one line)."""
+    failed, first = 0, ""
+    for item in items:
+        if item.error is not None:
+            failed += 1
+            first = first or f"request {item.index}: {_error_line(item.error)}"
+        write(item)
+        bar.update()
+    return failed, first
+
+
+def _said(failed: int, first: str, total: int) -> int:
+    """The exit status, and the line that says how many failed (the rows say which and why;
+    the exit status alone would leave the user guessing)."""
+    if failed:
         print(
-            f"meshplan batch: {failed} of {len(reqs)} requests failed (ERROR rows); the first, "
+            f"meshplan batch: {failed} of {total} requests failed (ERROR rows); the first, "
             f"{shorten(first)}",
             file=sys.stderr,
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from typing import Any
 
 from meshplan.tools.cli.messages import shorten
 from meshplan.tools.cli.remote import add_connection_flags
@@ -326,6 +327,49 @@ def add_memory_pins(p: argparse.ArgumentParser, evaluate: bool) -> None:
         help="Megatron sequence parallelism with tp > 1 "
         f"({'default true' if evaluate else 'default: on whenever tp > 1'})",
     )
+
+
+def add_cell_pins(p: argparse.ArgumentParser) -> None:
+    """--tp ... --num-microbatches pinned in every cell of a grid (sweep and the scheduler
+    queries)."""
+    for name in PINS:
+        what, unit = PIN_WORDS[name]
+        p.add_argument(
+            "--" + name.replace("_", "-"),
+            type=int,
+            dest=name,
+            metavar="N",
+            help=f"pin the {what} in every cell ({unit}; default: free)",
+        )
+
+
+def add_ray_flag(p: argparse.ArgumentParser) -> None:
+    """--ray [ADDRESS]: spread the plans over a Ray cluster (tools/sweep/ray_paths.py)."""
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="spread the plans over a Ray cluster's CPUs, one warm worker each; ADDRESS as Ray "
+        "reads it: auto (the cluster running on this machine), ray://HOST:10001 (Ray Client), "
+        "or none (RAY_ADDRESS if set, else a new local cluster of this machine's CPUs); needs "
+        "pip install 'meshplan[ray]' (default: not on Ray)",
+    )
+
+
+def ray_backend(a: argparse.Namespace, workers: int = 0) -> Any:
+    """The RayBackend (tools/sweep/ray_paths.py) that `--ray` asks for, not yet connected, or
+    None without --ray. Ray's absence is a one-line ValueError (exit 2) before anything runs."""
+    if getattr(a, "ray", None) is None:
+        return None
+    if getattr(a, "server", None):
+        raise ValueError("--ray: give --ray or --server, not both")
+    from meshplan.tools.sweep.ray_backend import import_ray
+    from meshplan.tools.sweep.ray_paths import RayBackend
+
+    import_ray()
+    return RayBackend(a.ray or None, workers=workers or getattr(a, "jobs", 0) or 0)
 
 
 def add_server_flag(p: argparse.ArgumentParser, what: str, required: bool = False) -> None:

@@ -14,7 +14,9 @@ from meshplan.tools.cli.flags import (
     PINS,
     PRECISIONS,
     RECOMPUTES,
+    add_cell_pins,
     add_memory_pins,
+    add_ray_flag,
     add_server_flag,
     non_negative,
     plot_path,
@@ -312,17 +314,10 @@ def _common(p: argparse.ArgumentParser, pins: bool, batch: str = "free") -> None
         help="solve time cap per cell (s; default 10)",
     )
     if pins:
-        for name in PINS:
-            what, unit = PIN_WORDS[name]
-            p.add_argument(
-                "--" + name.replace("_", "-"),
-                type=int,
-                dest=name,
-                metavar="N",
-                help=f"pin {what} in every cell ({unit}; default: free)",
-            )
+        add_cell_pins(p)
         add_memory_pins(p, evaluate=False)
     add_server_flag(p, "HOST:PORT of a meshplan server (default: in-process)")
+    add_ray_flag(p)
     p.add_argument(
         "--timeout",
         type=float,

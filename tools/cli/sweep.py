@@ -6,17 +6,19 @@ import argparse
 import json
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from meshplan.tools.cli.flags import (
-    PIN_WORDS,
-    PINS,
+    add_cell_pins,
     add_cluster_flags,
     add_memory_pins,
+    add_ray_flag,
     add_server_flag,
     add_training_flags,
     plot_path,
+    ray_backend,
 )
 from meshplan.tools.cli.inputs import request_from_flags
 from meshplan.tools.cli.interrupt import Terminated
@@ -41,15 +43,7 @@ def _knobs(p: argparse.ArgumentParser, lists: bool) -> None:
     )
     add_cluster_flags(p, many)
     add_training_flags(p, lists=many)
-    for name in PINS:
-        what, unit = PIN_WORDS[name]
-        p.add_argument(
-            "--" + name.replace("_", "-"),
-            type=int,
-            dest=name,
-            metavar="N",
-            help=f"pin the {what} in every cell ({unit}; default: free)",
-        )
+    add_cell_pins(p)
     add_memory_pins(p, evaluate=False)
     p.add_argument(
         "--allow-fewer-gpus",
@@ -64,7 +58,8 @@ def _knobs(p: argparse.ArgumentParser, lists: bool) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="solver processes (count; default 0: one per CPU)",
+        help="solver processes, or with --ray worker actors at most (count; default 0: one per "
+        "CPU, of the cluster with --ray)",
     )
     add_server_flag(p, "solve on meshplan servers through PlanBatch (default: in-process)")
     p.add_argument(
@@ -86,6 +81,7 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
         help="GPU counts: 8,64,512, or 8..16384 for 8, 16, 32, ... 16384 (doubling)",
     )
     _knobs(p, lists=True)
+    add_ray_flag(p)
     p.add_argument(
         "--out",
         metavar="PREFIX",
@@ -194,10 +190,17 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     jsonl_path = Path(a.jsonl) if a.jsonl else Path(a.out + ".jsonl") if a.out else None
     t0 = time.monotonic()
     show = sys.stderr.isatty() if a.progress is None else a.progress
-    with SweepFiles(csv_path, jsonl_path, a.retry_errors) as files:
+    ray = ray_backend(a)
+    with SweepFiles(csv_path, jsonl_path, a.retry_errors) as files, ray or nullcontext():
         try:
             stats = run_sweep(
-                jobs, files, workers=a.jobs, servers=_servers(a), timeout=a.timeout, progress=show
+                jobs,
+                files,
+                workers=a.jobs,
+                servers=_servers(a),
+                timeout=a.timeout,
+                progress=show,
+                ray=ray,
             )
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated): workers stopped
             how = "terminated" if isinstance(e, Terminated) else "interrupted"

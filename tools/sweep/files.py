@@ -7,7 +7,7 @@ import csv
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from meshplan.tools.render.progress import Progress
 from meshplan.tools.sweep.solve import (
@@ -20,6 +20,9 @@ from meshplan.tools.sweep.solve import (
     solve_local,
     solve_remote,
 )
+
+if TYPE_CHECKING:
+    from meshplan.tools.sweep.ray_paths import RayBackend
 
 CSV_COLUMNS = [
     "key", "model", "gpu", "num_gpus", "seq_len", "precision", "global_batch_tokens",
@@ -118,16 +121,25 @@ def run_sweep(
     servers: Sequence[str] = (),
     timeout: float = 3600.0,
     progress: bool = False,
+    ray: RayBackend | None = None,
 ) -> Stats:
-    """Solve the cells not yet written and append them to `files`; returns what it did."""
+    """Solve the cells not yet written and append them to `files`; returns what it did. With
+    `ray` (tools/sweep/ray_paths.py) the cells run on its cluster's worker actors."""
     todo = pending(jobs, files.done)
     stats = Stats(total=len(jobs), skipped=len(jobs) - len(todo))
     bar = Progress(stats.total, stats.skipped, enabled=progress)
-    outcomes: Iterator[Outcome] = (
-        solve_remote(todo, servers, timeout) if servers else solve_local(todo, workers)
-    )
+    if ray is not None:
+        outcomes: Iterator[Outcome] = _on_ray(ray, todo)
+    elif servers:
+        outcomes = solve_remote(todo, servers, timeout)
+    else:
+        outcomes = solve_local(todo, workers)
+    written = files.done
     try:
         for out in outcomes:
+            if out.job.key in written:  # a cell answered twice is written once
+                continue
+            written.add(out.job.key)
             row = files.write(out)
             stats.solved += 1
             stats.statuses[row["status"]] = stats.statuses.get(row["status"], 0) + 1
@@ -135,3 +147,11 @@ def run_sweep(
     finally:
         bar.close()
     return stats
+
+
+def _on_ray(ray: RayBackend, jobs: Sequence[Job]) -> Iterator[Outcome]:
+    """The cells on Ray; SIGTERM stops them as Ctrl-C does (the actors are killed)."""
+    from meshplan.tools.cli.interrupt import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():
+        yield from ray.sweep(jobs)

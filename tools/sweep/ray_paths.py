@@ -1,0 +1,106 @@
+"""The many-plans paths on Ray (tools/sweep/ray_backend.py): a sweep's cells, a batch's requests
+and a scheduler query's cells, each spread over warm worker actors.
+
+    from meshplan.tools.sweep.ray_paths import RayBackend
+    with RayBackend("auto") as ray:                     # or None: a local cluster
+        curve = scaling_curve(req, solver=ray.cells)    # any CellSolver parameter
+        for out in ray.sweep(jobs): ...                 # tools/sweep/solve.py's Outcome
+
+The CLI's `--ray [ADDRESS]` builds one (tools/cli/*.py). The library calls take it the same
+way: `run_sweep(..., ray=backend)`, and `solver=backend.cells` for scaling_curve,
+training_front, smallest_allocation and replan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from typing import Any
+
+from meshplan.tools.sweep.ray_backend import ClusterInfo, Workers, ray_cluster
+from meshplan.tools.sweep.solve import Job, Outcome, _outcome
+
+RAY_LOCAL = ""  # `--ray` given without an address: Ray's default rules
+
+
+class RayBackend:
+    """A Ray cluster (ray_backend.ray_cluster's address rules) and its worker actors, kept warm
+    from the first call to `close`. `workers`: actors at most (0: one per CPU of the cluster);
+    `cpus`: the size of a local cluster this starts (0: one per usable CPU); `warm`: each actor
+    solves a small plan before its first call, as a server's solver process does."""
+
+    def __init__(
+        self, address: str | None = None, workers: int = 0, cpus: int = 0, warm: bool = False
+    ) -> None:
+        self.address, self._cpus = address or None, cpus
+        self.workers = Workers(count=workers, warm=warm)
+        self.info: ClusterInfo | None = None
+        self._stack = ExitStack()
+
+    def open(self) -> RayBackend:
+        """Connect (or start the local cluster); the actors start with the first call."""
+        if self.info is None:
+            self.info = self._stack.enter_context(ray_cluster(self.address, self._cpus))
+            self._stack.callback(self.workers.close)
+        return self
+
+    def close(self) -> None:
+        """Kill the actors; shut down the cluster if this started it."""
+        self._stack.close()
+        self.info = None
+
+    def __enter__(self) -> RayBackend:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def sweep(self, jobs: Sequence[Job]) -> Iterator[Outcome]:
+        """A sweep's cells as they finish (a cell whose model did not load at once, as
+        solve_local does)."""
+        self.open()
+        todo = []
+        for job in jobs:
+            if job.model.error:
+                yield Outcome(job, error=job.model.error)
+            else:
+                todo.append(job)
+        for chunk, answers in self.workers.run("plans", [j.request for j in todo]):
+            for j, (result, error) in zip(chunk, answers, strict=True):
+                yield _outcome(todo[j], result, error)
+
+    def batch(self, requests: Sequence[Any]) -> Iterator[Any]:
+        """PlanBatch's items (client.sync.BatchItem) for validated PlanRequests, as they
+        finish; a failed plan is an item with the error PlanBatch would give."""
+        import grpc
+
+        from meshplan.client.exceptions import InvalidRequestError, PlannerError
+        from meshplan.client.sync import BatchItem
+        from meshplan.solver.results import PlanResult
+
+        self.open()
+        dicts = [r.model_dump(mode="json") for r in requests]
+        for chunk, answers in self.workers.run("batch", dicts):
+            for i, (result, code, message) in zip(chunk, answers, strict=True):
+                if result is not None:
+                    yield BatchItem(i, PlanResult.model_validate(result))
+                    continue
+                kind = InvalidRequestError if code == "INVALID_ARGUMENT" else PlannerError
+                yield BatchItem(i, error=kind(grpc.StatusCode[code], message))
+
+    def cells(self, tasks: Sequence[Any], budget: Any) -> list[Any]:
+        """A CellSolver (solver/scheduler/cells.py): every cell's outcome, in the order of
+        `tasks`, under the query's budget (checked while waiting; a stop kills the actors)."""
+        self.open()
+        out: list[Any] = [None] * len(tasks)
+
+        def left() -> tuple[float | None]:
+            return (budget.remaining(),)
+
+        for chunk, (ok, value) in self.workers.run("cells", list(tasks), left, budget.check):
+            if not ok:
+                self.workers.close()  # the other cells would be thrown away with the query
+                raise value
+            for i, outcome in zip(chunk, value, strict=True):
+                out[i] = outcome
+        return out
