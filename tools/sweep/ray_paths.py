@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from meshplan.tools.sweep.ray_backend import ClusterInfo, Workers, ray_cluster
-from meshplan.tools.sweep.solve import Job, Outcome, _outcome
+from meshplan.tools.sweep.solve import Job, Outcome, _outcome, split_unloaded
 
 RAY_LOCAL = ""  # `--ray` given without an address: Ray's default rules
 
@@ -59,12 +59,8 @@ class RayBackend:
         """A sweep's cells as they finish (a cell whose model did not load at once, as
         solve_local does)."""
         self.open()
-        todo = []
-        for job in jobs:
-            if job.model.error:
-                yield Outcome(job, error=job.model.error)
-            else:
-                todo.append(job)
+        failed, todo = split_unloaded(jobs)
+        yield from failed
         for chunk, answers in self.workers.run("plans", [j.request for j in todo]):
             for j, (result, error) in zip(chunk, answers, strict=True):
                 yield _outcome(todo[j], result, error)

@@ -132,18 +132,21 @@ def solve_request(
         settle_heap()  # as a server's solver process does after each call
 
 
+def split_unloaded(jobs: Iterable[Job]) -> tuple[list[Outcome], list[Job]]:
+    """The cells whose model did not load, answered at once with its error, and the rest."""
+    jobs = list(jobs)
+    failed = [Outcome(j, error=j.model.error) for j in jobs if j.model.error]
+    return failed, [j for j in jobs if not j.model.error]
+
+
 def solve_local(jobs: Sequence[Job], workers: int = 0) -> Iterator[Outcome]:
     """Solve in-process: a pool of `workers` processes (0: one per usable CPU, as the server
     counts them), in the order they finish."""
     from meshplan.server.pool import one_thread_per_library
     from meshplan.server.settings import usable_cpus
 
-    todo = []
-    for job in jobs:
-        if job.model.error:
-            yield Outcome(job, error=job.model.error)
-        else:
-            todo.append(job)
+    failed, todo = split_unloaded(jobs)
+    yield from failed
     workers = min(workers or usable_cpus(), len(todo))
     if workers <= 1:
         for job in todo:
