@@ -229,8 +229,8 @@ def _attention(spec: ModelSpec, preset: object | None) -> Attention | None:
     got |= {k: getattr(spec, k) for k in keys if getattr(spec, k) is not None}
     if got.get("rope_theta") is not None and spec.learned_positions is None:
         got["learned_positions"] = False  # a RoPE base given: rotary positions
-    if not any(v for v in got.values()):
-        return None
+    if not any(got.values()) and all(getattr(spec, k) is None for k in keys):
+        return None  # nothing known (a request's explicit false is known: rotary, its default)
     return Attention(
         rope_theta=got.get("rope_theta"),
         learned_positions=bool(got.get("learned_positions")),

@@ -92,6 +92,13 @@ def test_request_overrides_the_presets_and_unknown_shapes_say_so() -> None:
                       ffn_hidden_size=4096, vocab_size=32000)  # fmt: skip
     assert resolve_model(shape).attention is None
     assert "config.json" in _emit("megatron", shape)  # the note says how to give them
+    # GPT-3 told it is rotary: RoPE at the framework's base, no longer learned positions
+    rope = resolve_model(ModelSpec(preset="gpt3-175b", learned_positions=False)).attention
+    assert rope is not None and not rope.learned_positions and rope.rope_theta is None
+    a = shell_args(_emit("megatron", ModelSpec(preset="gpt3-175b", learned_positions=False),
+                         ParallelConfig(tp=8, pp=1, dp=8, micro_batch_size=1, num_microbatches=1)),
+                   MEGATRON_FLAGS)  # fmt: skip
+    assert one(a, "--position-embedding-type") == "rope" and "--rotary-base" not in a
     # attention details never change what the cost model sees
     assert resolve_model(ModelSpec(preset="llama3-70b", rope_theta=1.0)) == resolve_model(
         ModelSpec(preset="llama3-70b")

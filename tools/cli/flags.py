@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
-from typing import Any
 
 from meshplan.tools.cli.messages import shorten
 from meshplan.tools.cli.remote import add_connection_flags
@@ -356,20 +355,6 @@ def add_ray_flag(p: argparse.ArgumentParser) -> None:
         "or none (RAY_ADDRESS if set, else a new local cluster of this machine's CPUs); needs "
         "pip install 'meshplan[ray]' (default: not on Ray)",
     )
-
-
-def ray_backend(a: argparse.Namespace, workers: int = 0) -> Any:
-    """The RayBackend (tools/sweep/ray_paths.py) that `--ray` asks for, not yet connected, or
-    None without --ray. Ray's absence is a one-line ValueError (exit 2) before anything runs."""
-    if getattr(a, "ray", None) is None:
-        return None
-    if getattr(a, "server", None):
-        raise ValueError("--ray: give --ray or --server, not both")
-    from meshplan.tools.sweep.ray_backend import import_ray
-    from meshplan.tools.sweep.ray_paths import RayBackend
-
-    import_ray()
-    return RayBackend(a.ray or None, workers=workers or getattr(a, "jobs", 0) or 0)
 
 
 def add_server_flag(p: argparse.ArgumentParser, what: str, required: bool = False) -> None:

@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-from meshplan.tools.cli.flags import PINS, ray_backend
+from meshplan.tools.cli.flags import PINS
 from meshplan.tools.cli.inputs import model_spec, read_json_file
 from meshplan.tools.cli.scheduler_flags import (
     BATCH_KINDS,
@@ -188,6 +188,8 @@ def _need_grid(r: _Request) -> None:
 def _call(a: argparse.Namespace, method: str, req: Any) -> Any:
     """In-process (its cells on a Ray cluster's workers with --ray), or through a server; a
     rejected request exits 2 like a local one."""
+    from meshplan.tools.sweep.ray_paths import ray_backend
+
     ray = ray_backend(a)
     if ray is not None:
         from meshplan.solver import scheduler

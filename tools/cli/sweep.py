@@ -18,7 +18,6 @@ from meshplan.tools.cli.flags import (
     add_server_flag,
     add_training_flags,
     plot_path,
-    ray_backend,
 )
 from meshplan.tools.cli.inputs import request_from_flags
 from meshplan.tools.cli.interrupt import Terminated
@@ -190,6 +189,8 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     jsonl_path = Path(a.jsonl) if a.jsonl else Path(a.out + ".jsonl") if a.out else None
     t0 = time.monotonic()
     show = sys.stderr.isatty() if a.progress is None else a.progress
+    from meshplan.tools.sweep.ray_paths import ray_backend
+
     ray = ray_backend(a)
     with SweepFiles(csv_path, jsonl_path, a.retry_errors) as files, ray or nullcontext():
         try:

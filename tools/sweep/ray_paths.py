@@ -13,11 +13,12 @@ training_front, smallest_allocation and replan.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any
 
-from meshplan.tools.sweep.ray_backend import ClusterInfo, Workers, ray_cluster
+from meshplan.tools.sweep.ray_backend import ClusterInfo, Workers, import_ray, ray_cluster
 from meshplan.tools.sweep.solve import Job, Outcome, _outcome, split_unloaded
 
 RAY_LOCAL = ""  # `--ray` given without an address: Ray's default rules
@@ -100,3 +101,14 @@ class RayBackend:
             for i, outcome in zip(chunk, value, strict=True):
                 out[i] = outcome
         return out
+
+
+def ray_backend(a: argparse.Namespace, workers: int = 0) -> RayBackend | None:
+    """The RayBackend that `--ray` asks for, not yet connected, or
+    None without --ray. Ray's absence is a one-line ValueError (exit 2) before anything runs."""
+    if getattr(a, "ray", None) is None:
+        return None
+    if getattr(a, "server", None):
+        raise ValueError("--ray: give --ray or --server, not both")
+    import_ray()
+    return RayBackend(a.ray or None, workers=workers or getattr(a, "jobs", 0) or 0)

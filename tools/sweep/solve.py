@@ -195,7 +195,7 @@ def solve_remote(
     """Solve through PlanBatch on `servers` (round-robin). A failed call raises PlannerError."""
     from meshplan.client.exceptions import PlannerError
     from meshplan.client.sync import PlannerClient, plan_message
-    from meshplan.tools.cli.batch import send_chunks
+    from meshplan.tools.sweep.remote import send_chunks
 
     ready: list[tuple[Job, PlanRequest]] = []
     for job in jobs:
