@@ -8,18 +8,13 @@ says so.
 
 from __future__ import annotations
 
-from meshplan.solver.arch import Arch, Attention
+from meshplan.solver.arch import Arch
 
 # The frameworks whose model code cannot build an attention feature (at the commits
 # solver/profiles/ cites): MLA is Megatron-Core's (multi_latent_attention.py) and torchtitan's
 # deepseek_v3 model only; QK-norm is missing from Megatron-DeepSpeed's and nanotron's Llama.
 _NO_MLA = ("deepspeed", "kempnerforge", "llm_foundry", "nanotron")
 _NO_QK_NORM = {"deepspeed": "Megatron-DeepSpeed's model", "nanotron": "nanotron's Llama model"}
-
-
-def attention_of(A: Arch) -> Attention | None:
-    """The attention details of A (None: unknown, the framework's defaults apply)."""
-    return A.attention
 
 
 def attention_limits(kind: str, A: Arch) -> list[str]:

@@ -12,7 +12,7 @@ from meshplan.solver.arch import Arch
 from meshplan.solver.profiles import Profile
 from meshplan.solver.schema import ParallelConfig, Precision, Recompute, TrainingSpec
 from meshplan.tools.export import overlaps
-from meshplan.tools.export.attention import attention_of, rotary, unknown_note
+from meshplan.tools.export.attention import rotary, unknown_note
 
 
 def summary(c: ParallelConfig, t: TrainingSpec, seqs: int, prof: Profile) -> str:
@@ -120,7 +120,7 @@ def megatron(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profi
     args += _megatron_model(A, dispatcher=None if deepep else "alltoall")
     head = [summary(c, t, seqs, prof), "Megatron-LM arguments for pretrain_gpt.py"]
     head += [overlaps.describe(c, A, t), *overlaps.note_lines(notes)]
-    if attention_of(A) is None:
+    if A.attention is None:
         head.append(unknown_note(A))
     return "\n".join([f"# {h}" for h in head] + [_flags(args)]) + "\n"
 
@@ -134,7 +134,7 @@ def _megatron_model(A: Arch, dispatcher: str | None) -> list[tuple[str, object]]
         ("--num-attention-heads", A.a),
         ("--vocab-size", A.V),
     ]
-    att = attention_of(A)
+    att = A.attention
     mla = att.mla if att is not None else None
     if A.kv != A.a and mla is None:
         out += [("--group-query-attention", None), ("--num-query-groups", A.kv)]
@@ -201,7 +201,7 @@ def deepspeed(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Prof
     ]
     if A.hd:
         args.append(("--kv-channels", A.hd))
-    att = attention_of(A)
+    att = A.attention
     if A.gated:
         args += [("--swiglu", None), ("--normalization", "rmsnorm")]
     if rotary(A):

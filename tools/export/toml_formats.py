@@ -17,7 +17,7 @@ from meshplan.solver.schema import (
     TrainingSpec,
 )
 from meshplan.tools.export import overlaps
-from meshplan.tools.export.attention import attention_of, unknown_note
+from meshplan.tools.export.attention import unknown_note
 from meshplan.tools.export.formats import summary
 from meshplan.tools.export.torchtitan import baseline_of, pipeline_keys
 from meshplan.tools.export.torchtitan import limits as torchtitan_limits
@@ -117,7 +117,7 @@ def kempnerforge(
         "tie_embeddings": A.tied,
         "max_seq_len": t.seq_len,
     }
-    att = attention_of(A)
+    att = A.attention
     if att is not None and att.rope_theta is not None:
         model["rope_theta"] = att.rope_theta
     if att is not None and att.qk_norm:
