@@ -9,19 +9,20 @@
 #
 # Every `meshplan serve` setting is a MESHPLAN_* variable (README, "Serving over gRPC").
 # With Ray, for KubeRay's pods (deploy/kuberay; README, "Scale out"):
-#   docker build --build-arg EXTRAS=planner,ray -t meshplan-ray .
+#   docker build --build-arg EXTRAS=ray -t meshplan-ray .
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # --- build: install the package and its dependencies into a virtual environment -------------
 FROM ${PYTHON_IMAGE} AS build
-# the optional dependencies installed (pyproject.toml): planner, or planner,ray
+# the optional dependencies installed (pyproject.toml): `planner` names the plain install
+# (the planner), `ray` adds Ray
 ARG EXTRAS=planner
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/meshplan
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY meshplan ./meshplan
 COPY solver ./solver
 COPY server ./server

@@ -36,5 +36,13 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
+        try:
+            module = importlib.import_module(_WHERE[name])
+        except ModuleNotFoundError as e:  # the client-only install (meshplan-client)
+            if (e.name or "").startswith("meshplan."):
+                raise ModuleNotFoundError(
+                    f"meshplan.solver.{name} is the planner's: pip install meshplan", name=e.name
+                ) from e
+            raise
+        return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

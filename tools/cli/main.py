@@ -256,8 +256,7 @@ def describe_error(e: Exception, flags: Mapping[str, str] | None = None) -> tupl
         return EXIT_ERROR, shorten(f"the server call failed ({code}): {said}")
     if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] in _PLANNER:
         return EXIT_ERROR, (
-            f"this command needs the planner ({e.name} is not installed): "
-            "pip install 'meshplan[planner]'"
+            f"this command needs the planner ({e.name} is not installed): pip install meshplan"
         )
     if isinstance(e, TimeoutError):  # an OSError, but not a bad input
         return EXIT_ERROR, shorten(f"{e}; give the solver more time (--time-limit)")
@@ -268,7 +267,7 @@ def describe_error(e: Exception, flags: Mapping[str, str] | None = None) -> tupl
     return EXIT_ERROR, shorten(f"internal error: {type(e).__name__}: {e}")
 
 
-# What `pip install 'meshplan[planner]'` adds to the client's install (pyproject.toml).
+# What the planner (`pip install meshplan`) adds to the client's install (packaging/client).
 _PLANNER = frozenset(
     {"ortools", "numpy", "matplotlib", "pydantic_settings", "prometheus_client", "tomli_w", "rich"}
 )

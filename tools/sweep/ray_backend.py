@@ -309,7 +309,7 @@ class Workers:
                         if self.lost > limit:
                             why = str(err).strip().splitlines()[-1:] or ["no reason given"]
                             raise WorkersLost(
-                                f"{self.lost} Ray worker actors died (is meshplan[planner] of "
+                                f"{self.lost} Ray worker actors died (is meshplan of "
                                 f"this version installed on every node?); the last: {why[0]}"
                             ) from None
                         slot = self._slots[i] = _Slot(
