@@ -1,6 +1,7 @@
 """Words for users: every flag has help with its default; the walls and warnings are defined in
-`meshplan plan --help` and the README; no user-facing text points at material outside the
-repository (seed documents, issue numbers, a design note)."""
+`meshplan plan --help` and the README; no user-facing text (the README, the reference pages in
+docs/, help, answers) points at material outside the repository (seed documents, issue numbers,
+a design note)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,7 @@ def _answers() -> str:
 def test_no_internal_references_in_user_facing_text() -> None:
     sources = {
         "README.md": (ROOT / "README.md").read_text(),
+        **{f"docs/{p.name}": p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))},
         "--help": _help_texts(),
         "answers": _answers(),
         "schema": json.dumps([m.model_json_schema() for m in (PlanRequest, EvaluateRequest)]),
