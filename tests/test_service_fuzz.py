@@ -162,3 +162,60 @@ def test_hbm_at_or_below_the_reserve_is_never_internal(
     assert {status for status, _, _ in outcomes.values()} <= {"OK", "INVALID_ARGUMENT"}, outcomes
     assert all(items == 0 for _, items, _ in outcomes.values()), outcomes
     assert not [r for r in caplog.records if "status=INTERNAL" in r.getMessage()]
+
+
+# A degree past the largest cluster, in any given layout: nanotron's cost-balanced stages built
+# a list of `pp` stage counts in native code (2^31 entries: the worker neither stopped nor
+# answered a ping, and was killed). Refused up front, naming the field; the bound itself runs.
+NANOTRON = {"framework": "FRAMEWORK_NANOTRON", "seq_len": 1024}
+
+
+def _degree_calls(pp: int) -> list[tuple[str, bytes, str]]:
+    from meshplan.v1 import scheduler_pb2, spec_pb2
+
+    ev = planner_pb2.EvaluateRequest()
+    ev.model.preset, ev.cluster.num_gpus = "llama3-8b", 8
+    ev.training.framework = spec_pb2.Framework.Value(NANOTRON["framework"])
+    ev.training.seq_len = NANOTRON["seq_len"]
+    for name, value in {**LAYOUT, "tp": 1, "pp": pp}.items():
+        setattr(ev.config, name, value)
+    replan = scheduler_pb2.ReplanRequest(
+        model=ev.model, cluster=ev.cluster, training=ev.training, config=ev.config
+    )
+    replan.batch.kind = scheduler_pb2.BatchPolicyKind.Value("BATCH_POLICY_KIND_FIXED_GLOBAL")
+    replan.event.delta_nodes = 1
+    replan.compatibility = scheduler_pb2.CompatibilityLevel.Value("COMPATIBILITY_LEVEL_FREE")
+    curve = scheduler_pb2.ScalingCurveRequest(model=ev.model, training=ev.training)
+    curve.clusters.add(gpu="h100-sxm-80gb")
+    curve.grid.counts.extend([8])
+    curve.batch.CopyFrom(replan.batch)
+    curve.batch.global_batch_tokens = 1024 * 64
+    curve.observations.add(cluster="h100-sxm-80gb", num_gpus=8, step_time_s=1.0, config=ev.config)
+    return [
+        ("Evaluate", ev.SerializeToString(), "config.pp"),
+        ("Replan", replan.SerializeToString(), "config.pp"),
+        ("ScalingCurve", curve.SerializeToString(), "observations[0].config.pp"),
+    ]
+
+
+def test_a_degree_past_the_largest_cluster_is_refused_naming_it() -> None:
+    from meshplan.client.exceptions import InvalidRequestError, error_from_rpc
+
+    with (
+        running_server(max_concurrent_solves=2) as (port, _),
+        grpc.insecure_channel(f"{LOOPBACK}:{port}") as channel,
+    ):
+        for method, body, field in _degree_calls(2**31 - 1):
+            started = time.monotonic()
+            with pytest.raises(grpc.RpcError) as err:
+                channel.unary_unary(f"/meshplan.v1.Planner/{method}")(body, timeout=30)
+            failure = error_from_rpc(err.value)
+            assert isinstance(failure, InvalidRequestError), (method, failure)
+            assert [v.field for v in failure.violations] == [field], failure.violations
+            assert "1,048,576" in failure.violations[0].description
+            assert time.monotonic() - started < 5.0
+        # at the bound: answered (a layout no cluster here runs), not refused
+        method, body, _ = _degree_calls(1_048_576)[0]
+        raw = channel.unary_unary(f"/meshplan.v1.Planner/{method}")(body, timeout=30)
+        answer = planner_pb2.EvaluateResponse.FromString(raw)
+        assert not answer.fits and answer.violations
