@@ -94,7 +94,11 @@ class Server:
         cmd = [python or sys.executable, "-m", "meshplan.server", "--host", LOOPBACK, "--port", "0"]
         cmd += ["--auth-token-file", str(workdir / "tokens"), "--log-format", "json"]
         cmd += ["--health-port", "0", "--metrics-port", "0", "--metrics-host", LOOPBACK]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=self.log.open("w"))
+        # A session of its own, as in a container: where Linux shares the CPUs between sessions
+        # (autogroup), the server does not share one with this process's 64 callers.
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stderr=self.log.open("w"), start_new_session=True
+        )
         deadline = time.monotonic() + 120
         while (found := _SERVING.search(self.log.read_text())) is None:
             if self.proc.poll() is not None or time.monotonic() > deadline:
