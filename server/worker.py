@@ -28,9 +28,11 @@ YOUNG_PASS_OBJECTS = 50_000  # a worker's threshold for a young collection (Pyth
 WORKER_NICENESS = 5
 # Where Linux schedules by session ("autogroup", sched(7): on by default on most distributions
 # outside containers), a nice value only ranks threads within one session, and each session gets
-# an equal share of the CPUs: workers in the server's session spend the share its event loop
-# waits for. Each worker takes a session of its own, at WORKER_NICENESS (/proc/self/autogroup).
-AUTOGROUP = "/proc/self/autogroup"
+# an equal share of the CPUs: workers in the server's session spent the share its event loop
+# waits for. Each worker takes a session of its own. Its group keeps the default weight: at
+# niceness 5 there too (/proc/self/autogroup), a worker on a machine at load 10 got 7% of a core
+# and took 10 s and more over one collection (measured with py-spy here), so its calls outlived
+# their stops and it was killed.
 
 
 def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
@@ -119,8 +121,6 @@ def yield_to_the_server() -> None:
     SIGINT is ignored as before (Ctrl-C is the server's)."""
     with contextlib.suppress(OSError):
         os.setsid()
-    with contextlib.suppress(OSError), open(AUTOGROUP, "w") as group:
-        group.write(str(WORKER_NICENESS))
     with contextlib.suppress(OSError):
         os.nice(WORKER_NICENESS)
 
