@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,11 @@ class Server:
         cmd = [python or sys.executable, "-m", "meshplan.server", "--host", LOOPBACK, "--port", "0"]
         cmd += ["--auth-token-file", str(workdir / "tokens"), "--log-format", "json"]
         cmd += ["--health-port", "0", "--metrics-port", "0", "--metrics-host", LOOPBACK]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=self.log.open("w"))
+        # A session of its own, as in a container: where Linux shares the CPUs between sessions
+        # (autogroup), the server does not share one with this process's 64 callers.
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stderr=self.log.open("w"), start_new_session=True
+        )
         deadline = time.monotonic() + 120
         while (found := _SERVING.search(self.log.read_text())) is None:
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -276,6 +281,19 @@ def _lag_text(lag: dict[str, Any] | None) -> str:
     )
 
 
+def _replaced_text(replaced: list[Any]) -> str:
+    """Distinct processes replaced (a stuck one is warned of twice: its stop and its ping),
+    and the calls that held them, by method and kind."""
+    pids = {m.group(1) for r in replaced if (m := re.search(r"\(pid (\d+)\)", str(r)))}
+    calls = {
+        (r["method"], r["kind"], r["shape"])
+        for r in replaced
+        if isinstance(r, dict) and "kind" in r
+    }
+    kinds = _codes(dict(Counter(f"{method} {kind}" for method, kind, _ in calls)))
+    return f"{len(pids)} ({kinds or 'no call named'})" if pids else "0"
+
+
 def _fuzz_rows(fz: dict[str, Any], idle: dict[str, Any]) -> list[list[str]]:
     codes = _codes
     return [
@@ -283,7 +301,7 @@ def _fuzz_rows(fz: dict[str, Any], idle: dict[str, Any]) -> list[list[str]]:
         ["answers", codes(fz["codes"])],
         ["INTERNAL", f"{fz['internal']} calls, {fz['internal_items']} batch items, {fz['internal_log_lines']} log lines"],
         ["past deadline + 100 ms", f"{fz['late_count']} of {fz['logged']} logged calls"],
-        ["solver processes replaced", str(len(fz.get("replaced", [])))],
+        ["solver processes replaced", _replaced_text(fz.get("replaced", []))],
         ["server's event-loop lag", _lag_text(fz.get("loop_lag"))],
         ["server's full collections (generation 2)", _lag_text(fz.get("full_gc"))],
         [f"tree CPU over the next {idle['seconds']:.0f} s", f"{idle['cpu_s']:.2f} s ({idle['share']:.2%})"],

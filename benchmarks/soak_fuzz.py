@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import sys
 import time
 from collections import Counter
@@ -170,8 +171,15 @@ def with_observations(msg: Message, rng: random.Random, count: int) -> Message:
     return msg
 
 
-def _precision_or_size(method: str, base: Message, rng: random.Random) -> Message:
-    """FP8 on an A100 (alone, or in a fleet with an H100), or a size past int64's answers."""
+EDGE_KINDS = ("fp8-on-a100", "huge", "hbm-at-reserve")
+
+
+def edge_case(
+    method: str, base: Message, rng: random.Random, kind: str | None = None
+) -> tuple[Message, str]:
+    """FP8 on an A100 (alone, or in a fleet with an H100), a size past int64's answers, or HBM
+    at or below the fixed memory reserve (no usable memory, with a critical batch so the DP-cap
+    wall divides by it), at random or the `kind` named (EDGE_KINDS); the message and its kind."""
     from meshplan.v1 import planner_pb2, spec_pb2
 
     if method == PLAN:
@@ -179,35 +187,44 @@ def _precision_or_size(method: str, base: Message, rng: random.Random) -> Messag
         msg.CopyFrom(base)
     else:
         msg = scheduler_message(method, base, rng)
-    if rng.random() < 0.5:
+    clusters = [msg.cluster] if method in (PLAN, REPLAN) else list(msg.clusters)
+    roll = rng.random() if kind is None else EDGE_KINDS.index(kind) * 0.4
+    if roll < 0.4:
         msg.training.precision = spec_pb2.Precision.Value("PRECISION_FP8")
-        if method in (PLAN, REPLAN):
-            msg.cluster.gpu = "a100-sxm-80gb"
-        else:
-            msg.clusters[0].gpu = "a100-sxm-80gb"
-            if rng.random() < 0.5:
-                msg.clusters.add(gpu="h100-sxm-80gb", max_gpus=msg.clusters[0].max_gpus)
-        return msg
-    which = rng.choice(["num_layers", "hidden_size", "micro_batch_size", "num_microbatches"])
-    if which in ("num_layers", "hidden_size"):
-        msg.model.Clear()
-        msg.model.num_layers, msg.model.hidden_size = 32, 4096
-        msg.model.num_attention_heads = msg.model.num_kv_heads = 32
-        msg.model.ffn_hidden_size, msg.model.vocab_size = 14336, 128256
-        setattr(msg.model, which, 2**31 - 1 if which == "num_layers" else 2**30)
-    elif method == REPLAN:
-        setattr(msg.config, which, 2**31 - 1)
-    elif method == PLAN:
-        setattr(msg.search, which, 2**31 - 1)
-    return msg
+        clusters[0].gpu = "a100-sxm-80gb"
+        if method not in (PLAN, REPLAN) and rng.random() < 0.5:
+            msg.clusters.add(gpu="h100-sxm-80gb", max_gpus=msg.clusters[0].max_gpus)
+        return msg, "fp8-on-a100"
+    if roll < 0.8:
+        which = rng.choice(["num_layers", "hidden_size", "micro_batch_size", "num_microbatches"])
+        if which in ("num_layers", "hidden_size"):
+            msg.model.Clear()
+            msg.model.num_layers, msg.model.hidden_size = 32, 4096
+            msg.model.num_attention_heads = msg.model.num_kv_heads = 32
+            msg.model.ffn_hidden_size, msg.model.vocab_size = 14336, 128256
+            setattr(msg.model, which, 2**31 - 1 if which == "num_layers" else 2**30)
+        elif method == REPLAN:
+            setattr(msg.config, which, 2**31 - 1)
+        elif method == PLAN:
+            setattr(msg.search, which, 2**31 - 1)
+        return msg, "huge"
+    hbm = rng.choice([0.5, 1.0, 2.0])
+    for cluster in clusters:
+        cluster.hbm_gib = hbm
+    if hbm == 2.0 or rng.random() < 0.5:
+        msg.search.memory_reserve_gib = hbm
+    seq = msg.training.seq_len or 4096
+    msg.training.seq_len, msg.training.critical_batch_tokens = seq, seq * rng.choice([8, 128])
+    msg.training.ClearField("global_batch_tokens")
+    return msg, "hbm-at-reserve"
 
 
 def fuzz_calls(count: int, seed: int = 0, max_deadline_s: float = 1.0) -> list[FuzzCall]:
     """`count` raw calls: 35% generated plans, 15% with one extreme field, 10% evaluations of a
     random layout, 5% batches, 12% scheduler queries (a third with an extreme field), 4% queries
-    with 1..2,000 observations, 4% FP8 on an A100 (alone or beside an H100) or a size whose
-    answer passes int64 (num_layers 2^31-1, hidden_size 2^30, micro-batches 2^31-1), on Plan and
-    every scheduler query, 15% garbage (to any method); each with a deadline of
+    with 1..2,000 observations, 4% edge cases on Plan and every scheduler query (`edge_case`:
+    FP8 on an A100 alone or beside an H100, a size whose answer passes int64 -- num_layers
+    2^31-1, hidden_size 2^30, micro-batches 2^31-1 -- or HBM at or below the reserve), 15% garbage (to any method); each with a deadline of
     0.05..max_deadline_s."""
     from meshplan.client.sync import plan_message
     from meshplan.v1 import planner_pb2
@@ -257,8 +274,8 @@ def fuzz_calls(count: int, seed: int = 0, max_deadline_s: float = 1.0) -> list[F
             out.append(FuzzCall(method, query.SerializeToString(), deadline, "observations"))
         elif roll < 0.85:
             method = rng.choice([PLAN, *SCHEDULER])
-            query = _precision_or_size(method, base, rng)
-            out.append(FuzzCall(method, query.SerializeToString(), deadline, "fp8-or-huge"))
+            query, kind = edge_case(method, base, rng)
+            out.append(FuzzCall(method, query.SerializeToString(), deadline, kind))
         else:
             method = rng.choice([PLAN, PLAN, EVALUATE, BATCH, CATALOG, rng.choice(SCHEDULER)])
             out.append(
@@ -292,6 +309,53 @@ def _fuzz_one(channel: Any, call: FuzzCall, index: int, token: str) -> tuple[str
     except grpc.RpcError as err:
         status = err.code().name
     return status, internal_items, time.perf_counter() - t0
+
+
+_REQUEST_ID = re.compile(r"request_id=fz-(\d+)")
+
+
+def shape(call: FuzzCall) -> str:
+    """A fuzzed request in short: its set fields as one line of protobuf text (observations
+    counted, not listed), or its size if it does not parse."""
+    from google.protobuf import text_format
+
+    from meshplan.v1 import planner_pb2, scheduler_pb2
+
+    cls = {
+        PLAN: planner_pb2.PlanRequest,
+        EVALUATE: planner_pb2.EvaluateRequest,
+        BATCH: planner_pb2.PlanBatchRequest,
+        CATALOG: planner_pb2.ListCatalogRequest,
+        CURVE: scheduler_pb2.ScalingCurveRequest,
+        REPLAN: scheduler_pb2.ReplanRequest,
+        ADMIT: scheduler_pb2.SmallestAllocationRequest,
+        FRONT: scheduler_pb2.TrainingFrontRequest,
+    }[call.method]
+    try:
+        msg = cls.FromString(call.body)
+    except Exception:  # noqa: BLE001  garbage: its size says enough
+        return f"{len(call.body)} bytes that do not parse"
+    observations = len(getattr(msg, "observations", ()))
+    if observations:
+        del msg.observations[:]
+    text = text_format.MessageToString(msg, as_one_line=True)
+    return text + (f" observations: {observations}" if observations else "")
+
+
+def replaced_call(message: str, calls: list[FuzzCall]) -> dict[str, Any]:
+    """The warning of a replaced worker, with the fuzzed call it was running (kind, method,
+    deadline and shape) when the warning names one."""
+    found = _REQUEST_ID.search(message)
+    out: dict[str, Any] = {"message": message[:300]}
+    if found is not None and int(found.group(1)) < len(calls):
+        call = calls[int(found.group(1))]
+        out |= {
+            "kind": call.kind,
+            "method": call.method,
+            "deadline_s": call.deadline_s,
+            "shape": shape(call),
+        }
+    return out
 
 
 def fuzz_phase(server: Server, tokens: list[str], count: int) -> dict[str, Any]:
@@ -351,7 +415,7 @@ def fuzz_phase(server: Server, tokens: list[str], count: int) -> dict[str, Any]:
         "internal_log_lines": internal_lines,
         "internal_examples": examples,
         "replaced": [
-            line.get("message", "")[:200]
+            replaced_call(line.get("message", ""), calls)
             for line in server.lines()
             if "replacing it" in line.get("message", "")
         ],

@@ -214,10 +214,11 @@ class Courier(Heartbeat):
         if self.proc is not None:
             log.warning(
                 "solver process %d (pid %s) did not stop within %g s of being asked to "
-                "(stopped, or stuck in native code); killing and replacing it",
+                "(stopped, or stuck in native code); killing and replacing it (call: %s)",
                 self.index,
                 self.proc.pid,
                 self.runner.kill_after_s,
+                getattr(task.stop, "label", "") or "unnamed",
             )
             self.proc.kill()
         task.forget_stop()

@@ -34,8 +34,9 @@ class StopEvent(threading.Event):
     """A threading.Event that also calls back when set, so a runner can forward a stop to a
     worker process at once instead of polling for it."""
 
-    def __init__(self) -> None:
+    def __init__(self, label: str = "") -> None:
         super().__init__()
+        self.label = label  # the call it stops ("Plan request_id=..."): named in the logs
         self._callbacks: list[Callable[[], None]] = []
         self._guard = threading.Lock()
 

@@ -76,11 +76,12 @@ class Heartbeat:
         again = not idle and task is not None and self.taken < task.seq
         log.warning(
             "solver process %d (pid %s) did not answer a ping within %g s (stopped, or stuck); "
-            "killing and replacing it%s",
+            "killing and replacing it%s%s",
             self.index,
             proc.pid,
             self.runner.kill_after_s if busy else self.runner.answer_s,
             "; its call is started again" if again else "",
+            f" (call: {getattr(task.stop, 'label', '') or 'unnamed'})" if task is not None else "",
         )
         self.ready.clear()
         self.unresponsive = again

@@ -64,6 +64,10 @@ class CallState:
     solve_s: float = 0.0
     transport: str = "grpc"  # or "http": the metrics' label
 
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, StopEvent) and not self.stop.label:
+            self.stop.label = f"{self.method} request_id={self.request_id}"
+
     def remaining(self) -> float:
         """Seconds until the call's deadline."""
         return self.deadline - time.monotonic()

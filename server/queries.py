@@ -16,6 +16,7 @@ import grpc
 from google.protobuf.message import Message
 from pydantic import BaseModel
 
+from meshplan.server.bounds import check_layouts
 from meshplan.server.limits import RpcFailure
 from meshplan.server.requests import check_strings, parse_in_steps
 from meshplan.server.validate import Violation, shorten
@@ -94,6 +95,7 @@ def prepare_query(
         message = message_cls.FromString(data)
         check_strings(message, max_chars)
         req = parse_in_steps(message, model_cls, budget.check)
+        check_layouts(req)
         key = answer_key(method, req)
         if not getattr(req, "observations", None):
             return Prepared(req, None, key)

@@ -22,6 +22,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from meshplan.convert import to_proto
+from meshplan.server.bounds import check_layouts
 from meshplan.server.limits import RpcFailure
 from meshplan.server.requests import check_strings, parse
 from meshplan.server.validate import Violation, echo, from_solver_error
@@ -104,6 +105,7 @@ def evaluate_call(
     req: EvaluateRequest, evaluate_fn: EvaluateFn | None = None, *, stop: threading.Event
 ) -> planner_pb2.EvaluateResponse:
     """One layout scored; INVALID_ARGUMENT for what the cost model refuses or cannot hold."""
+    check_layouts(req)
     try:
         if evaluate_fn is None:
             from meshplan.solver.planner import evaluate

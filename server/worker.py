@@ -26,13 +26,19 @@ YOUNG_PASS_OBJECTS = 50_000  # a worker's threshold for a young collection (Pyth
 # latency work: on a machine with fewer free cores than busy processes, the workers at a lower
 # priority let the loop run the moment it wakes instead of waiting out their time slices.
 WORKER_NICENESS = 5
+# Where Linux schedules by session ("autogroup", sched(7): on by default on most distributions
+# outside containers), a nice value only ranks threads within one session, and each session gets
+# an equal share of the CPUs: workers in the server's session spent the share its event loop
+# waits for. Each worker takes a session of its own. Its group keeps the default weight: at
+# niceness 5 there too (/proc/self/autogroup), a worker on a machine at load 10 got 7% of a core
+# and took 10 s and more over one collection (measured with py-spy here), so its calls outlived
+# their stops and it was killed.
 
 
 def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
     """A worker's life: warm up, say ready, then run one call at a time until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's: it drains, then ends us
-    with contextlib.suppress(OSError):  # solves yield the CPU to the server's event loop
-        os.nice(WORKER_NICENESS)
+    yield_to_the_server()
     lock = threading.Lock()
     sending = threading.Lock()  # ctrl carries pongs (listener) and "took" (this thread)
     state: dict[str, Any] = {"seq": 0, "event": None}
@@ -107,6 +113,16 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
             trimmed = time.monotonic()
         with sending, contextlib.suppress(OSError):  # idle again: the heartbeat's short wait
             ctrl.send(("settled", seq))
+
+
+def yield_to_the_server() -> None:
+    """This process at WORKER_NICENESS, in a session (and so an autogroup) of its own: solves
+    yield the CPU to the server's event loop. It still ends with its pipe (the server's end);
+    SIGINT is ignored as before (Ctrl-C is the server's)."""
+    with contextlib.suppress(OSError):
+        os.setsid()
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICENESS)
 
 
 def _warm_up() -> None:

@@ -250,6 +250,27 @@ def test_workers_run_numeric_libraries_on_one_thread(runner: ProcessRunner) -> N
         assert "OPENBLAS_NUM_THREADS" not in os.environ  # set for the spawn only
 
 
+def test_workers_yield_the_cpu_to_the_server(runner: ProcessRunner) -> None:
+    """A worker runs at WORKER_NICENESS in a session of its own (with Linux's autogroup
+    scheduling, a CPU share apart from the server's event loop, at the default weight), and is
+    still the server's child."""
+    from meshplan.server.worker import WORKER_NICENESS
+
+    (pid,) = runner.pids()
+    assert pid is not None
+    assert os.getsid(pid) == pid != os.getsid(0)
+    assert os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(os.PRIO_PROCESS, 0) + min(
+        WORKER_NICENESS, 19 - os.getpriority(os.PRIO_PROCESS, 0)
+    )
+    assert os.getppid() != pid and Path(f"/proc/{pid}/stat").read_text().split()[3] == str(
+        os.getpid()
+    )
+    group, ours = Path(f"/proc/{pid}/autogroup"), Path("/proc/self/autogroup")
+    if group.exists():  # Linux with CONFIG_SCHED_AUTOGROUP: a group apart, at the default weight
+        assert group.read_text().split()[0] != ours.read_text().split()[0]
+        assert group.read_text().split()[-1] == "0"
+
+
 def test_a_worker_that_died_while_idle_is_replaced_before_the_next_call(
     runner: ProcessRunner,
 ) -> None:
