@@ -176,7 +176,7 @@ def _prepare_process(warm: bool) -> None:
         os.nice(worker.WORKER_NICENESS)
     keep_freed_heap()
     if warm:
-        worker._warm_up()  # the solver's imports and one small plan
+        worker.warm_up()  # the solver's imports and one small plan
     else:
         from meshplan.solver import plan
         from meshplan.solver.cpsat import solve
