@@ -6,7 +6,10 @@ after another in one process, as a solver process plans them: the caches start e
 plan of another request that pays the lazy imports) and keep what they keep across requests,
 the start-up heap is frozen, and the heap is settled after each answer (server/memory.py). Each
 plan's wall time, its status and whether CP-SAT proved it (OPTIMAL, or proven INFEASIBLE);
-the percentiles over all of them, apart for dense and MoE models, and the slowest shapes.
+the percentiles over all of them, apart for dense and MoE models, and the slowest shapes. Each
+plan's CPU time (this process's, around the call) too: on a machine shared with other work the
+wall time counts the time slices others took, the CPU time only what the plan cost, so runs
+under different loads compare by it (the targets are wall times, as a caller waits them).
 
 `python -m benchmarks latency --distinct [N]` prints it; `python -m benchmarks scaling` names
 the slowest shapes.
@@ -39,6 +42,7 @@ class Shape:
     proven: bool
     seconds: float
     num_layouts: int
+    cpu_s: float = 0.0  # this process's CPU time during the plan
 
     def name(self) -> str:
         return f"{self.model} on {self.num_gpus:,} {self.gpu} at {self.seq_len // 1024}K"
@@ -53,6 +57,7 @@ class Report:
     time_limit_s: float
     wall_s: float  # the whole run
     slowest: list[Shape] = field(default_factory=list)
+    cpu: Summary | None = None  # CPU time per plan (None when not measured)
 
     @property
     def proven(self) -> int:
@@ -78,12 +83,12 @@ def run(
     shapes: list[Shape] = []
     t_all = time.perf_counter()
     for req in reqs:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             res = plan(req)
         except TimeoutError:
             res = None
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         settle_heap()  # after the timing, as a solver process does after each answer
         m, c, t = req.model, req.cluster, req.training
         sh = Shape(
@@ -97,6 +102,7 @@ def run(
             proven=res is not None and res.solver.status in ("OPTIMAL", "INFEASIBLE"),
             seconds=seconds,
             num_layouts=0 if res is None else res.solver.num_layouts,
+            cpu_s=cpu,
         )
         if res is not None and res.status is PlanStatus.INFEASIBLE:
             sh.proven = res.solver.status == "INFEASIBLE"
@@ -114,6 +120,7 @@ def run(
         time_limit_s=time_limit_s,
         wall_s=wall,
         slowest=sorted(shapes, key=lambda s: -s.seconds)[:slowest],
+        cpu=Summary.of([s.cpu_s for s in shapes]),
     )
 
 
@@ -141,6 +148,8 @@ def render(rep: Report) -> str:
         out.append(f"  dense  {rep.dense.line()}")
     if rep.moe is not None:
         out.append(f"  MoE    {rep.moe.line()}")
+    if rep.cpu is not None:
+        out.append(f"  CPU    {rep.cpu.line()}  (this process's CPU time per plan)")
     out.append(f"  p50: {verdict(rep.all.p50, TARGET_P50_S)}")
     out.append(f"  p99: {verdict(rep.all.p99, TARGET_P99_S)}")
     out.append(f"  proven (OPTIMAL or INFEASIBLE): {rep.proven:,} of {len(rep.shapes):,}")
@@ -156,5 +165,6 @@ def summary_line(rep: Report) -> str:
         f"summary: distinct mix of {len(rep.shapes):,} requests in-process: p50 "
         f"{fmt_s(rep.all.p50)} p99 {fmt_s(rep.all.p99)} max {fmt_s(rep.all.max)}"
         + (f" ({worst.name()})" if worst else "")
+        + (f"; CPU p50 {fmt_s(rep.cpu.p50)} p99 {fmt_s(rep.cpu.p99)}" if rep.cpu else "")
         + f"; {rep.proven:,}/{len(rep.shapes):,} proven; {fmt_s(rep.wall_s)} in all"
     )

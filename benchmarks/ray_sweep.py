@@ -48,7 +48,7 @@ TARGET_RAY_SLOWER = 0.15  # the distinct mix on Ray: at most 15% slower than the
 def run_ray_pool(reqs: list[Any], workers: int, progress: bool = False) -> Any:
     """The requests on `workers` warm Ray actors of a new local cluster of `workers` CPUs; a
     throughput.PathResult whose `startup_s` is ray.init and `actors_s` the actors' start."""
-    from benchmarks.throughput import _collect
+    from benchmarks.throughput_paths import collect
     from meshplan.tools.sweep.ray_paths import RayBackend
 
     t0 = time.perf_counter()
@@ -60,7 +60,7 @@ def run_ray_pool(reqs: list[Any], workers: int, progress: bool = False) -> Any:
         answers = (
             item.result if item.result is not None else item.error for item in ray.batch(reqs)
         )
-        res = _collect(f"Ray x{workers}", reqs, answers, time.perf_counter(), progress)
+        res = collect(f"Ray x{workers}", reqs, answers, time.perf_counter(), progress)
         res.main_cpu_s = time.process_time() - cpu0
         res.startup_s, res.actors_s = started - t0, ready - started
         res.seconds = time.perf_counter() - ready  # the clock starts once the actors are warm

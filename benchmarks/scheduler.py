@@ -34,7 +34,7 @@ from benchmarks.common import (
     verdict,
     write_json,
 )
-from benchmarks.throughput import pool_server
+from benchmarks.throughput_paths import pool_server
 
 DEFAULT_PROCESSES = 2
 TARGETS = {"cold_curve": 2.0, "cached_curve": 0.010, "replan": 1.0, "precompute": 3.0}

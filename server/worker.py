@@ -65,7 +65,7 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
     threading.Thread(target=listen, name="meshplan-stop", daemon=True).start()
     _keep_freed_heap()
     if warm:
-        _warm_up()
+        warm_up()
     gc.collect()
     gc.freeze()  # the start-up heap stays out of full collections (server/memory.py)
     # young passes only past this many new objects: between two calls, settle_heap's freeze
@@ -125,8 +125,10 @@ def yield_to_the_server() -> None:
         os.nice(WORKER_NICENESS)
 
 
-def _warm_up() -> None:
-    """Import what a call needs and solve one small plan (the lazy imports, the first tables)."""
+def warm_up() -> None:
+    """Import what a call needs and solve one small plan (the lazy imports, the first tables):
+    what a server's solver process does before its first call, and a Ray worker actor too
+    (tools/sweep/ray_backend.py)."""
     from meshplan.server import work
     from meshplan.solver import plan
     from meshplan.solver.cpsat import solve  # OR-Tools: lazy in the CLI, loaded here up front

@@ -29,6 +29,10 @@ def test_latency_distinct(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     slow = [s["seconds"] for s in rep["slowest"]]
     assert slow == sorted(slow, reverse=True) and slow[0] == max(s["seconds"] for s in shapes)
     assert 0 < rep["all"]["p50"] <= rep["all"]["p99"] <= rep["all"]["max"]
+    # CPU time per plan: measured per shape, within the plan's wall time (one CP-SAT worker)
+    assert all(0 < s["cpu_s"] <= s["seconds"] + 0.01 for s in shapes), shapes
+    assert rep["cpu"]["n"] == 5 and 0 < rep["cpu"]["p50"] <= rep["cpu"]["max"]
+    assert "CPU    p50" in printed and "; CPU p50 " in printed
 
 
 def test_scaling_names_the_slowest_shape() -> None:

@@ -210,13 +210,30 @@ def test_the_cli_on_ray_sweep_and_batch(
     assert code == 1 and [r["index"] for r in rows] == [0, 1, 2]
     assert rows[0]["result"]["status"] == "OPTIMAL" and rows[1]["result"]["config"]
     assert rows[2]["error"]["code"] == "INVALID_ARGUMENT" and "nope" in rows[2]["error"]["message"]
+    # the field as PlanBatch names it (server/servicer.py: requests[i].<path>)
+    (bad,) = rows[2]["error"]["field_violations"]
+    assert bad["field"] == "requests[2].cluster.gpu" and "nope" in bad["description"]
     assert "1 of 3 requests failed" in got.err
+
+
+def test_the_ladder_on_ray_equals_the_ladder_in_process(
+    backend: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    backend.workers.close()  # their CPUs, for the actors the command starts
+    argv = ["ladder", "--rungs", "llama2-7b@8,llama2-7b@16", *KNOBS, "--json"]
+    assert main([*argv, "--jobs", "1"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--ray", "--jobs", "1"]) == 0
+    on_ray = json.loads(capsys.readouterr().out)
+    assert [r["num_gpus"] for r in on_ray] == [8, 16] and on_ray[0]["config"]
+    assert on_ray == local
 
 
 @pytest.mark.parametrize(
     "argv",
     [
         ["sweep", "--models", "llama2-7b", "--gpus", "8", "--out", "{tmp}/x", "--ray"],
+        ["ladder", "--rungs", "llama2-7b@8", "--ray"],
         ["batch", "--ray", "auto", "--request", "{tmp}/none.json"],
         ["curve", "--model", "llama3-8b", "--counts", "8", "--ray", "ray://head:10001"],
         [

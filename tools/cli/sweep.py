@@ -131,6 +131,7 @@ def add_ladder_arguments(p: argparse.ArgumentParser) -> None:
         help="GPU counts paired with --models, as many, or one (default: none)",
     )
     _knobs(p, lists=False)
+    add_ray_flag(p)
     p.add_argument("--json", action="store_true", help="print the rungs as JSON instead of a table")
     p.add_argument(
         "--plot",
@@ -254,7 +255,11 @@ def cmd_ladder(a: argparse.Namespace) -> int:
     if a.precision:
         (prec,) = _axis(a.precision, "--precision", ("BF16", "FP8"))
         base.setdefault("training", {})["precision"] = prec
-    out = climb(rungs, base, workers=a.jobs, servers=_servers(a), timeout=a.timeout)
+    from meshplan.tools.sweep.ray_paths import ray_backend
+
+    ray = ray_backend(a)
+    with ray or nullcontext():
+        out = climb(rungs, base, workers=a.jobs, servers=_servers(a), timeout=a.timeout, ray=ray)
     print(json.dumps([rung_row(r) for r in out], indent=2) if a.json else render_ladder(out))
     if a.plot:
         print(f"meshplan ladder: {describe(ladder_plot(a.plot, out), 'ladder')}", file=sys.stderr)

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meshplan.solver.results import PlanResult
 from meshplan.solver.schema import ParallelConfig
 from meshplan.tools.sweep.grid import ModelItem, expand_model
 from meshplan.tools.sweep.solve import Job, build_jobs, solve_local, solve_remote
+
+if TYPE_CHECKING:
+    from meshplan.tools.sweep.ray_paths import RayBackend
 
 SEED_RUNGS = "llama3-8b@8,llama3-70b@8,llama3-70b@256,llama3-405b@2048"  # "The scaling ladder"
 
@@ -108,11 +111,21 @@ def climb(
     workers: int = 0,
     servers: Sequence[str] = (),
     timeout: float = 3600.0,
+    ray: RayBackend | None = None,
 ) -> list[Rung]:
-    """Plan every rung (in parallel, or on a server) and compare each with the last feasible one."""
+    """Plan every rung (in parallel, on a server, or with `ray` on a Ray cluster's worker actors:
+    tools/sweep/ray_paths.py) and compare each with the last feasible one."""
     jobs: list[Job] = [build_jobs([m], [n], base=base)[0] for m, n in rungs]
     unique = list({j.key: j for j in jobs}.values())
-    outcomes = solve_remote(unique, servers, timeout) if servers else solve_local(unique, workers)
+    if ray is not None:
+        from meshplan.tools.cli.interrupt import sigterm_as_interrupt
+
+        with sigterm_as_interrupt():  # SIGTERM stops the actors as Ctrl-C does
+            outcomes = list(ray.sweep(unique))
+    elif servers:
+        outcomes = solve_remote(unique, servers, timeout)
+    else:
+        outcomes = solve_local(unique, workers)
     by_key = {o.job.key: o for o in outcomes}
     out: list[Rung] = []
     below: list[str] = []

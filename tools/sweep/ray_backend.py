@@ -34,6 +34,9 @@ IN_FLIGHT = 2  # chunks sent to each actor at once: one solving, one waiting in 
 MAX_CHUNK = 8  # plans per call at most: ~0.1 ms of the driver's time a plan instead of ~1 ms
 _POLL_S = 0.2  # ray.wait's timeout, so a Ctrl-C or a stop is seen at once
 _TRIM_EVERY_S = 5.0  # as server/worker.py: freed heap returned to the system at most this often
+# one plan of PlanWorker.batch: (result JSON, "", "", []) or (None, status name, message,
+# [(field, description), ...])
+BatchAnswer = tuple[Any, str, str, list[tuple[str, str]]]
 
 
 def import_ray() -> Any:
@@ -117,23 +120,35 @@ class PlanWorker:
         self._maybe_trim()
         return out
 
-    def batch(self, requests: list[dict[str, Any]]) -> list[tuple[Any, str, str]]:
-        """Each plan as a PlanBatch item would have it: (result JSON, "", "") or (None, the
-        gRPC status name, the message)."""
+    def batch(self, requests: list[dict[str, Any]]) -> list[BatchAnswer]:
+        """Each plan as a PlanBatch item would have it: (result JSON, "", "", []) or (None, the
+        gRPC status name, the message, the field violations as (field, description) pairs, their
+        paths relative to the request: the driver puts `requests[i].` before them)."""
+        from pydantic import ValidationError
+
         from meshplan.server.memory import settle_heap
+        from meshplan.server.validate import from_validation_error
+        from meshplan.server.work import invalid
         from meshplan.solver.planner import plan
         from meshplan.solver.schema import PlanRequest
 
-        out: list[tuple[Any, str, str]] = []
+        out: list[BatchAnswer] = []
         for r in requests:
             try:
-                out.append((plan(PlanRequest.model_validate(r)).model_dump(mode="json"), "", ""))
+                req = PlanRequest.model_validate(r)
+            except ValidationError as err:  # as the server's parse() reports a bad item
+                bad = from_validation_error(err)
+                out.append((None, "INVALID_ARGUMENT", bad[0].description, _pairs(bad)))
+                continue
+            try:
+                out.append((plan(req).model_dump(mode="json"), "", "", []))
             except (ValueError, KeyError, OverflowError) as err:  # as server/work.py maps them
-                out.append((None, "INVALID_ARGUMENT", str(err)))
+                failure = invalid(err, req)
+                out.append((None, "INVALID_ARGUMENT", failure.message, _pairs(failure.violations)))
             except TimeoutError as err:
-                out.append((None, "DEADLINE_EXCEEDED", f"no plan found: {err}"))
+                out.append((None, "DEADLINE_EXCEEDED", f"no plan found: {err}", []))
             except Exception as err:  # noqa: BLE001  one request's failure is its error row
-                out.append((None, "INTERNAL", f"{type(err).__name__}: {err}"))
+                out.append((None, "INTERNAL", f"{type(err).__name__}: {err}", []))
             finally:
                 settle_heap()
         self._maybe_trim()
@@ -165,6 +180,12 @@ class PlanWorker:
             self._trimmed = time.monotonic()
 
 
+def _pairs(violations: Sequence[Any]) -> list[tuple[str, str]]:
+    """server/validate.py's Violations as plain (field, description) pairs (they cross from the
+    actor as plain data)."""
+    return [(v.field, v.description) for v in violations]
+
+
 def _prepare_process(warm: bool) -> None:
     """What server/worker.py's worker_main does before its first call: lower priority, freed
     heap kept, the solver imported (with `warm`, one small plan solved too, as a server's
@@ -176,7 +197,7 @@ def _prepare_process(warm: bool) -> None:
         os.nice(worker.WORKER_NICENESS)
     keep_freed_heap()
     if warm:
-        worker._warm_up()  # the solver's imports and one small plan
+        worker.warm_up()  # the solver's imports and one small plan
     else:
         from meshplan.solver import plan
         from meshplan.solver.cpsat import solve

@@ -71,19 +71,25 @@ class RayBackend:
         finish; a failed plan is an item with the error PlanBatch would give."""
         import grpc
 
-        from meshplan.client.exceptions import InvalidRequestError, PlannerError
+        from meshplan.client.exceptions import FieldViolation, InvalidRequestError, PlannerError
         from meshplan.client.sync import BatchItem
         from meshplan.solver.results import PlanResult
 
         self.open()
         dicts = [r.model_dump(mode="json") for r in requests]
         for chunk, answers in self.workers.run("batch", dicts):
-            for i, (result, code, message) in zip(chunk, answers, strict=True):
+            for i, (result, code, message, bad) in zip(chunk, answers, strict=True):
                 if result is not None:
                     yield BatchItem(i, PlanResult.model_validate(result))
                     continue
-                kind = InvalidRequestError if code == "INVALID_ARGUMENT" else PlannerError
-                yield BatchItem(i, error=kind(grpc.StatusCode[code], message))
+                status = grpc.StatusCode[code]
+                if code != "INVALID_ARGUMENT":
+                    yield BatchItem(i, error=PlannerError(status, message))
+                    continue
+                # the fields as PlanBatch names them (server/servicer.py: requests[i].<path>)
+                item = f"requests[{i}]"
+                fields = [FieldViolation(f"{item}.{f}" if f else item, d) for f, d in bad]
+                yield BatchItem(i, error=InvalidRequestError(status, message, violations=fields))
 
     def cells(self, tasks: Sequence[Any], budget: Any) -> list[Any]:
         """A CellSolver (solver/scheduler/cells.py): every cell's outcome, in the order of
