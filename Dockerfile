@@ -7,7 +7,7 @@
 #     -e MESHPLAN_TLS_CERT=/etc/meshplan/tls/tls.crt -e MESHPLAN_TLS_KEY=/etc/meshplan/tls/tls.key \
 #     -e MESHPLAN_AUTH_TOKEN_FILE=/etc/meshplan/tokens/tokens meshplan
 #
-# Every `meshplan serve` setting is a MESHPLAN_* variable (README, "Serving over gRPC").
+# Every `meshplan serve` setting is a MESHPLAN_* variable (docs/settings.md, "Every setting").
 # With Ray, for KubeRay's pods (deploy/kuberay; README, "Scale out"):
 #   docker build --build-arg EXTRAS=ray -t meshplan-ray .
 

@@ -4,7 +4,7 @@ stop, a worker that dies, the calls beside it. Not a dependency: run it in a scr
     python3 -m venv /tmp/v && /tmp/v/bin/pip install pebble==5.2.3 loky==3.7.0
     /tmp/v/bin/python scripts/pool_libraries.py
 
-README.md ("The solver processes") says what it printed and why neither replaces server/pool.py.
+docs/settings.md ("The solver processes") says what it printed and why neither replaces server/pool.py.
 """
 
 import multiprocessing as mp

@@ -1,5 +1,5 @@
 """Scheduler queries over plan() and evaluate(): ScalingCurve, Replan, SmallestAllocation and
-TrainingFront (the README's "For schedulers" defines their terms).
+TrainingFront (docs/schedulers.md, "Definitions", defines their terms).
 
     from meshplan.solver.scheduler import CurveRequest, scaling_curve
 

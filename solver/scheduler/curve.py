@@ -1,6 +1,6 @@
 """ScalingCurve: every (GPU type, count) cell planned under one batch policy, the envelope, the
-scale unit, the knee and the largest useful count per type (definitions in the README's
-"For schedulers")."""
+scale unit, the knee and the largest useful count per type (definitions in
+docs/schedulers.md)."""
 
 from __future__ import annotations
 
