@@ -73,6 +73,10 @@ def with_knobs(r: R, t: TrainingSpec) -> R:
             up["accumulation"] = size
         else:
             up["gradients"] = size
+        if r.ddp_grads and size == 2:
+            # no fp32 accumulator: DDP wraps the model at every ZeRO stage (nanotron @ e24d248
+            # trainer.py make_ddp)
+            up["ddp_zero_below"] = 4
 
     if t.master_dtype is not None:
         # a bf16 master is the bf16 parameter updated in place; with FSDP's sharded master the

@@ -131,14 +131,23 @@ def _state(training: dict, zero: int = 3) -> dict[str, int]:
 
 
 def test_state_dtypes_change_the_bytes_per_parameter() -> None:
-    # nanotron keeps fp32 main gradients (4 B, unsharded at ZeRO-1) unless it accumulates in bf16
+    # nanotron keeps fp32 main gradients (4 B, unsharded at ZeRO-1) unless it accumulates in bf16,
+    # and then DDP's bf16 buckets sit beside the bf16 gradients at every ZeRO stage
     fp32 = _state({"framework": "NANOTRON"}, zero=1)
     bf16 = _state({"framework": "NANOTRON", "grad_dtype": "BF16"}, zero=1)
-    assert fp32["gradients"] == pytest.approx(2 * bf16["gradients"] - _ddp(bf16), rel=1e-4)
+    assert fp32["gradients"] == pytest.approx(2 * (bf16["gradients"] - _ddp(bf16)), rel=1e-4)
     # a bf16 master is the bf16 parameter updated in place: 4 of GENERIC's 12 optimizer bytes go
     full = _state({"framework": "GENERIC"}, zero=1)
     none = _state({"framework": "GENERIC", "master_dtype": "BF16"}, zero=1)
     assert none["optimizer"] == pytest.approx(full["optimizer"] * 8 / 12, rel=1e-4)
+
+
+def test_nanotron_wraps_ddp_only_without_zero_over_its_fp32_accumulator() -> None:
+    # nanotron @ e24d248 trainer.py: make_ddp = dp > 1 and not (accumulate_grad_in_fp32 and
+    # zero_stage > 0): the bf16 buckets (2 B) beside the fp32 gradients (4 B) at ZeRO-0 only
+    zero0 = _state({"framework": "NANOTRON"}, zero=0)
+    zero1 = _state({"framework": "NANOTRON"}, zero=1)
+    assert zero0["gradients"] == pytest.approx(1.5 * zero1["gradients"], rel=1e-4)
 
 
 def _ddp(bill: dict[str, int]) -> int:
@@ -206,3 +215,30 @@ def test_knobs_are_cli_flags() -> None:
         "grad_dtype": "BF16",
         "fp8_activations": False,
     }
+
+
+def test_nanotron_tp_keeps_two_gather_buffers_of_a_micro_batch() -> None:
+    # parallel/utils.py MemoryBuffer "allgather" and "allgather2": one micro-batch's [tokens, h]
+    # in bf16 each, kept once tp > 1 gathers the sequence shards
+    from dataclasses import replace
+
+    from meshplan.solver.arch import resolve_model
+    from meshplan.solver.costmodel import CostModel, Point
+    from meshplan.solver.costmodel.context import recipe_of
+    from meshplan.solver.hardware import resolve_cluster
+    from meshplan.solver.schema import ClusterSpec, ModelSpec, SearchSpec
+
+    A = resolve_model(ModelSpec(**MODEL))
+    H = resolve_cluster(ClusterSpec(gpu="h100-sxm-80gb", num_gpus=8))
+    t = TrainingSpec(seq_len=S, global_batch_tokens=4 * B * S, framework="NANOTRON")
+    rec = recipe_of(t)
+    assert rec.tp_gather_buffers == 2
+    kept = CostModel(A, H, t, SearchSpec(), recipe=rec)
+    none = CostModel(A, H, t, SearchSpec(), recipe=replace(rec, tp_gather_buffers=0))
+    for tp, grown in ((2, 2 * B * S * 1024 * 2), (1, 0)):
+        cfg = ParallelConfig(
+            tp=tp, pp=1, dp=8 // tp, micro_batch_size=B, num_microbatches=1, zero_stage=1
+        )
+        p = Point.from_config(cfg)
+        diff = kept.memory_bill(p).activations - none.memory_bill(p).activations
+        assert diff == pytest.approx(grown, abs=2 * KIB * KIB)

@@ -242,6 +242,14 @@ def _boundary(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     return pick(lay.pp > 1, _seq_shard(c, lay) * ACT_BYTES * c.A.h / lay.tp, 0.0)
 
 
+def _gather_buffers(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
+    """The tp layers' persistent gather buffers (`Recipe.tp_gather_buffers`), each a micro-batch
+    sequence's [tokens, h] in bf16, with tp > 1 and sequence parallelism (nanotron @ 2411b02
+    parallel/utils.py MemoryBuffer: kept at the largest size asked)."""
+    on = (lay.tp > 1) & lay.sp
+    return pick(on, c.recipe.tp_gather_buffers * _seq_shard(c, lay) * ACT_BYTES * c.A.h, 0.0)
+
+
 def _kv_gathered(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     """Context parallelism by all-gather: the attention of a layer (forward, and again in its
     backward) holds the K,V of the whole sequence, the cp shards gathered into one buffer
@@ -326,13 +334,20 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         # torch DDP's gradient buckets, full size beside the main gradients, with dp·cp > 1
         ddp = rc.ddp_grads
 
-        def ddp_part(part: str) -> Callable[[LayoutOrRows, object], np.ndarray]:
-            return lambda lay, _: pick(dp_cp(lay) > 1, _bytes(c, lay, part, ddp), 0.0)
+        below = rc.ddp_zero_below
+        on_z = lambda z: z < below  # noqa: E731
 
-        terms.append(Term("gradients", ddp_part("dense"), pv=pv_stage))
-        terms.append(Term("gradients", ddp_part(stage)))
+        def ddp_part(part: str) -> Callable[[LayoutOrRows, bool], np.ndarray | float]:
+            return lambda lay, on: (
+                pick(dp_cp(lay) > 1, _bytes(c, lay, part, ddp), 0.0) if on else 0.0
+            )
+
+        terms.append(Term("gradients", ddp_part("dense"), sel="z", key=on_z, pv=pv_stage))
+        terms.append(Term("gradients", ddp_part(stage), sel="z", key=on_z))
         if A.is_moe:
-            terms.append(Term("gradients", ddp_part("expert"), pv=pv_stage, te=inv_group))
+            terms.append(
+                Term("gradients", ddp_part("expert"), sel="z", key=on_z, pv=pv_stage, te=inv_group)
+            )
     if rc.fp8_weight_cache:
         # FP8 copies of the layers' linear weights cached across micro-batches; a weight-sharding
         # stage drops them (Megatron-FSDP).
@@ -393,6 +408,8 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     terms.append(Term("activations", at_loss, sel="r", key=_is_full, db=mb))
     if not (c.overlaps.cp_ring if c.overlaps else profile_of(c.framework).timing.cp_ring):
         terms.append(Term("activations", lambda lay, _: per_rows(_kv_gathered, c, lay), db=mb))
+    if rc.tp_gather_buffers:
+        terms.append(Term("activations", lambda lay, _: per_rows(_gather_buffers, c, lay), db=mb))
     if rc.pipeline_buffers:
         # One receive buffer per micro-batch and chunk (gradients on the first stage, inputs on
         # the last): the stage boundary, split over tp by sequence parallelism and over cp.
