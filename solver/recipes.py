@@ -94,6 +94,8 @@ def with_knobs(r: R, t: TrainingSpec) -> R:
         up["hybrid_shard"] = True
     if t.activation_form is not None:
         up["activations"] = FORMS[t.activation_form]
+    if t.compiled is not None:
+        up["compiled"] = t.compiled
     if t.fp8_activations is not None:
         up["fp8_activations"] = t.fp8_activations and t.precision is Precision.FP8
     return replace(r, **up) if up else r

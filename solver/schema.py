@@ -42,6 +42,8 @@ class Framework(str, Enum):
 
 # The profiles whose ZeRO-3 is PyTorch FSDP (solver/profiles/ Recipe.fsdp)
 FSDP_FRAMEWORKS = (Framework.TORCHTITAN, Framework.LLM_FOUNDRY, Framework.KEMPNERFORGE)
+# The profiles whose layers are eager PyTorch modules torch.compile can compile (training.compiled)
+COMPILE_FRAMEWORKS = (Framework.TORCHTITAN, Framework.LLM_FOUNDRY, Framework.KEMPNERFORGE)
 # The profiles that can shard inside a node and replicate across nodes (training.hybrid_shard):
 # FSDP1's HYBRID_SHARD, FSDP2's HSDP (dp_replicate x dp_shard), and the textbook
 HYBRID_FRAMEWORKS = (*FSDP_FRAMEWORKS, Framework.GENERIC)
@@ -404,6 +406,15 @@ class TrainingSpec(_Strict):
             "(Transformer Engine); None: the framework profile's (needs precision FP8)."
         ),
     )
+    compiled: bool | None = Field(
+        default=None,
+        description=(
+            "The transformer blocks run under torch.compile (torchtitan's compile.enable, "
+            "Composer's compile_config): the backward keeps only what it reads, and recomputes "
+            "the norms' outputs and the gated MLP's activation and product; None: the framework "
+            "profile's (eager); TORCHTITAN, LLM_FOUNDRY and KEMPNERFORGE."
+        ),
+    )
     hybrid_shard: bool = Field(
         default=False,
         description=(
@@ -488,6 +499,12 @@ class TrainingSpec(_Strict):
             raise ValueError(
                 f"training.hybrid_shard needs a profile that shards inside a node "
                 f"({', '.join(f.value for f in HYBRID_FRAMEWORKS)}), not training.framework "
+                f"{self.framework.value}"
+            )
+        if self.compiled and self.framework not in COMPILE_FRAMEWORKS:
+            raise ValueError(
+                f"training.compiled needs a profile whose layers are eager PyTorch modules "
+                f"({', '.join(f.value for f in COMPILE_FRAMEWORKS)}), not training.framework "
                 f"{self.framework.value}"
             )
         dual = self.pipeline_schedule is PipelineSchedule.DUALPIPE_V

@@ -242,3 +242,46 @@ def test_nanotron_tp_keeps_two_gather_buffers_of_a_micro_batch() -> None:
         p = Point.from_config(cfg)
         diff = kept.memory_bill(p).activations - none.memory_bill(p).activations
         assert diff == pytest.approx(grown, abs=2 * KIB * KIB)
+
+
+@pytest.mark.parametrize(
+    ("tp", "recompute", "per_token"),
+    [
+        # the norms' outputs (2 x 2h) and the gated MLP's silu(gate) and product (2 x 2f)
+        (1, "NONE", 4 * 1024 + 4 * 4096),
+        # tp > 1 all-gathers the norms' outputs (kept): the MLP's two, on a tp shard
+        (2, "NONE", 4 * 4096 // 2),
+        # op-level SAC: the block's last mm output (2h, a sequence shard), never read backward
+        (1, "SELECTIVE", 2 * 1024),
+        (2, "SELECTIVE", 2 * 1024 // 2),
+        # full recomputation keeps the layer inputs; the recomputed block is billed as eager's
+        (1, "FULL", 0),
+    ],
+)
+def test_compiled_blocks_keep_only_what_their_backward_reads(
+    tp: int, recompute: str, per_token: int
+) -> None:
+    t = {"framework": "TORCHTITAN"}
+    eager = _activations({**t, "compiled": False}, tp=tp, recompute=recompute)
+    compiled = _activations({**t, "compiled": True}, tp=tp, recompute=recompute)
+    layers, tokens = 8, B * S
+    assert eager - compiled == pytest.approx(layers * tokens * per_token, abs=2 * KIB * KIB)
+
+
+def test_compiled_needs_eager_pytorch_layers() -> None:
+    with pytest.raises(ValidationError, match="training.compiled needs a profile"):
+        TrainingSpec(framework="MEGATRON", compiled=True)
+    assert TrainingSpec(framework="MEGATRON", compiled=False).compiled is False
+
+
+def test_compiled_is_a_proto_field_and_a_flag() -> None:
+    from meshplan.tools.cli.inputs import request_from_flags
+    from meshplan.tools.cli.main import build_parser
+
+    t = TrainingSpec(framework="TORCHTITAN", compiled=True)
+    msg = to_proto(t, spec_pb2.TrainingSpec)
+    assert msg.HasField("compiled") and msg.compiled
+    assert from_proto(msg, TrainingSpec) == t
+    args = ["plan", "--model", "llama3-8b", "--gpus", "8", "--framework", "torchtitan"]
+    a = build_parser().parse_args([*args, "--compiled", "true"])
+    assert request_from_flags(a, evaluate=False)["training"]["compiled"] is True

@@ -104,6 +104,8 @@ def instances(draw: st.DrawFn) -> PlanRequest:
         training["fsdp_version"] = draw(st.sampled_from(["FSDP1", "FSDP2"]))
     if framework in (*FSDP, "GENERIC") and draw(st.booleans()):
         training["hybrid_shard"] = True  # ZeRO shards inside a node: memory and dp traffic
+    if framework in FSDP and draw(st.booleans()):  # the eager PyTorch profiles compile too
+        training["compiled"] = draw(st.booleans())
     if draw(st.booleans()):
         training["critical_batch_tokens"] = seq * draw(st.sampled_from([8, 64, 4096]))
     else:

@@ -39,37 +39,42 @@ from meshplan.solver.schema import Recompute
 # activation elements per token per layer, in units of h: "Why one GPU is not enough" (ch. 11)
 FLAT_ELEMENTS = 12  # activation elements per token per layer, in h ("Why one GPU is not enough")
 TEXTBOOK = ("flat_12h", "korthikanti")
+COMPILABLE = ("torchtitan", "kempnerforge")  # eager PyTorch layers `Recipe.compiled` applies to
 
 
-def per_token(c: Ctx, lay: LayoutOrRows, r: Recompute) -> np.ndarray:
+def per_token(c: Ctx, lay: LayoutOrRows, r: Recompute, eager: bool = False) -> np.ndarray:
     """Activation bytes per token per layer on one GPU: the mean over layers with pp = 1, the
     heavier of a dense and an MoE layer otherwise (a stage may hold either). Over rows,
-    computed once per recomputation."""
-    return per_rows(_per_token, c, lay, r)
+    computed once per recomputation. eager: as if the blocks were not compiled."""
+    return per_rows(_per_token, c, lay, r, eager)
 
 
-def _per_token(c: Ctx, lay: LayoutOrRows, r: Recompute) -> np.ndarray:
+def _per_token(c: Ctx, lay: LayoutOrRows, r: Recompute, eager: bool = False) -> np.ndarray:
     A = c.A
     if r is Recompute.FULL:
         return 2.0 * A.h / sp_shard(lay)  # the layer input checkpoint only
-    dense = _layer(c, lay, r, A.f, 0)
+    dense = _layer(c, lay, r, A.f, 0, eager)
     if not A.is_moe:
         return dense
-    moe = _layer(c, lay, r, A.fe * (A.top_k + A.shared), A.top_k)
+    moe = _layer(c, lay, r, A.fe * (A.top_k + A.shared), A.top_k, eager)
     mean = (A.n_dense_layers * dense + A.n_moe_layers * moe) / A.L
     return pick(lay.pp == 1, mean, maximum(dense, moe))
 
 
 def block(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     """What the one block being recomputed under full recomputation holds, per token: all its
-    activations (the textbook forms: their selective-recompute total, as calibrated)."""
+    activations (the textbook forms: their selective-recompute total, as calibrated), as eager
+    PyTorch holds them: a compiled block's recomputation in its backward is not counted smaller
+    (its own buffers are Inductor's; torchtitan's compiled 405B runs print the eager peak)."""
     textbook = c.recipe.activations in TEXTBOOK
-    return per_token(c, lay, Recompute.SELECTIVE if textbook else Recompute.NONE)
+    return per_token(c, lay, Recompute.SELECTIVE if textbook else Recompute.NONE, True)
 
 
-def _layer(c: Ctx, lay: LayoutOrRows, r: Recompute, width: int, routed: int) -> np.ndarray:
+def _layer(
+    c: Ctx, lay: LayoutOrRows, r: Recompute, width: int, routed: int, eager: bool = False
+) -> np.ndarray:
     """One layer whose MLP has `width` intermediate channels per token (all experts a token
-    visits) and dispatches `routed` copies of each token (MoE)."""
+    visits) and dispatches `routed` copies of each token (MoE); eager: not compiled."""
     form = c.recipe.activations
     if form in TEXTBOOK:
         return _textbook(c, lay, r, width, routed)
@@ -78,11 +83,23 @@ def _layer(c: Ctx, lay: LayoutOrRows, r: Recompute, width: int, routed: int) -> 
     # gated MLP: Megatron's fused fc1 [gate | up] and SwiGLU keep fc1's output and fc2's input
     # (6f; megatron/core/fusions/fused_bias_swiglu.py), eager PyTorch also silu(gate) (8f)
     gate = (6 if form == "megatron" else 8) if A.gated else 4  # nanotron: GLUActivation eager
+    compiled = c.recipe.compiled and form in COMPILABLE and not eager
+    if compiled:
+        # torch.compile: AOTAutograd's min-cut partitioner saves what the backward reads and
+        # recomputes pointwise ops (pytorch torch/_functorch/partitioners.py
+        # min_cut_rematerialization_partition): the MLP keeps its matmuls' outputs (gate and
+        # up, or fc1) and recomputes silu(gate)·up (or gelu) for the down projection
+        gate = 4 if A.gated else 2
     mlp = gate * width + ACT_BYTES * routed * h
     scores = 5.0 * A.a * c.s if (r is Recompute.NONE and not c.fused_attention) else 0.0
     if r is Recompute.SELECTIVE and form == "torchtitan":
-        # op-level SAC: block input and w2 output (sequence shards), q, v, attention output, w1
-        return (4.0 * h) / sp_shard(lay) + (4.0 * aw + 2.0 * kvw + 2.0 * width) / T
+        # op-level SAC: block input and w2 output (sequence shards), q, v, attention output, w1.
+        # Compiled, the w2 output is not kept: eager SAC caches every MUST_SAVE output in the
+        # forward (pytorch torch/utils/checkpoint.py _CachingTorchDispatchMode), the compiled
+        # graph saves only what its backward reads, and no backward reads the block's last mm
+        # output (torchtitan @ 9dec370 parallelize_llama.py _save_list: every other mm)
+        kept = 2.0 if compiled else 4.0
+        return (kept * h) / sp_shard(lay) + (4.0 * aw + 2.0 * kvw + 2.0 * width) / T
     if r is Recompute.SELECTIVE and form == "kempnerforge":
         # the attention module is checkpointed: its input, the MLP's gathered input and its own
         return (4.0 * h + 2.0 * h) / sp_shard(lay) + 2.0 * h + mlp / T
@@ -106,6 +123,10 @@ def _layer(c: Ctx, lay: LayoutOrRows, r: Recompute, width: int, routed: int) -> 
             # concatenates anew (nanotron @ 2411b02 models/llama.py CausalSelfAttention.forward)
             split += 4.0 * aw
         return (4.0 * h + norm_out) / sp_shard(lay) + split / T  # shards, re-gathered in backward
+    if compiled:
+        # the norms' outputs are recomputed from their inputs, unless tp > 1 all-gathers them
+        # (DTensor's collective, which the partitioner does not recompute)
+        norm_out = pick(lay.tp > 1, norm_out, 0.0)
     return (4.0 * h) / sp_shard(lay) + norm_out + split / T  # the gathered linear inputs: whole
 
 

@@ -113,6 +113,7 @@ class Recipe:
     cost_balanced_stages: bool = False  # pipeline stages split by layer cost (nanotron)
     # ZeRO shards over the data-parallel ranks inside a node, replicated across nodes (HSDP)
     hybrid_shard: bool = False
+    compiled: bool = False  # the blocks run under torch.compile (activations.py)
     # last stage: bytes per token per h the final norm keeps for backward (on the sequence
     # shard), beside the output layer's whole input (memory.py); 0: not counted
     final_norm: int = 0
