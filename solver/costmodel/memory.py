@@ -70,10 +70,17 @@ def _extras(c: Ctx, lay: LayoutOrRows, stage: str) -> np.ndarray:
 
 def _extras_of(c: Ctx, lay: LayoutOrRows, stage: str) -> np.ndarray:
     A = c.A
-    one = lay.pp == 1
+    # DualPipeV folds the pipeline into a V: rank 0 holds the first stage and the last, the
+    # embedding and the output layer (deepseek-ai/DualPipe @ 3da1bbe dualpipe/dualpipev.py)
+    one = (lay.pp == 1) | _dualpipe(c)
     embed = A.embed_params / (lay.tp if c.recipe.vocab_parallel else 1)
     head = pick(A.tied & one, A.h, A.V * A.h + A.h) / lay.tp
     return pick(one, embed + head, embed if stage == "first" else head)
+
+
+def _dualpipe(c: Ctx) -> bool:
+    """The request runs DualPipeV (training.pipeline_schedule)."""
+    return c.overlaps is not None and c.overlaps.dualpipe
 
 
 def _dense_tp(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
@@ -226,7 +233,7 @@ def _loss_or_recompute(c: Ctx, lay: LayoutOrRows, stage: str, full: bool) -> np.
     torch/distributed/tensor/parallel/loss.py), and torchtitan's 70B 2-D runs print a peak 14 GiB
     above the larger of the two."""
     held = per_rows(_logits_held, c, lay)
-    if stage == "first":
+    if stage == "first" and not _dualpipe(c):  # DualPipeV: the loss is on rank 0 too
         held = pick(lay.pp > 1, 0.0, held)
     if not full:
         return held
@@ -419,11 +426,14 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         chunks = lambda pv: Fraction(pv[1])  # noqa: E731
         terms.append(Term("activations", boundary, pv=chunks, db=BatchFactor.of(1, 1)))
     pairs: list[tuple[Term, Term]] = []
+    dual = _dualpipe(c)
     if stage == "first":
 
         def q_first(pv: tuple[int, int]) -> Fraction:
             p, v = pv
             nc = n_chunk(A.L, p, v) if v > 1 else int(pv_stage(pv))
+            if dual and v > 1:
+                return Fraction(nc * (2 * p + 1))  # DualPipeV: see q_last
             return Fraction(nc * p if v == 1 else nc * (v * p + p - 1))
 
         pairs.append(
@@ -437,6 +447,13 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         def q_last(pv: tuple[int, int]) -> Fraction:
             p, v = pv
             nc = n_chunk(A.L, p, v) if v > 1 else int(pv_stage(pv))
+            if dual and v > 1:
+                # DualPipeV: every rank holds 2·pp + 1 chunks' micro-batches at its peak, one
+                # more than 1F1B's pp stages' worth: (2pp − 1) warm-up forwards of its first
+                # chunk, one of its second, and the forward of each overlapped forward-backward
+                # pair before the backward frees (DeepSeek-V3 report table 2: PP + 1;
+                # deepseek-ai/DualPipe @ 3da1bbe README.md, dualpipe/dualpipev.py step)
+                return Fraction(nc * (2 * p + 1))
             return Fraction(nc if v == 1 else nc * ((v - 1) * p + 1))
 
         terms.append(Term("activations", act, sel="r", pv=q_last, db=mb))
