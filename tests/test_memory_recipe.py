@@ -285,3 +285,33 @@ def test_compiled_is_a_proto_field_and_a_flag() -> None:
     args = ["plan", "--model", "llama3-8b", "--gpus", "8", "--framework", "torchtitan"]
     a = build_parser().parse_args([*args, "--compiled", "true"])
     assert request_from_flags(a, evaluate=False)["training"]["compiled"] is True
+
+
+def test_latent_attention_keeps_its_latents_and_up_projected_heads() -> None:
+    # Megatron's MLA (multi_latent_attention.py): the normalised q and kv latents (q_compressed,
+    # kv_combined with the rotary key, kv_compressed: input and output of each norm) on the
+    # sequence shard, and for the core attention the up-projected query and key (nope + rope
+    # per head) and the value, with the output, in place of q, k, v and the output of h / a
+    from meshplan.solver.arch import resolve_model
+    from meshplan.solver.costmodel import CostModel, Point
+    from meshplan.solver.hardware import resolve_cluster
+    from meshplan.solver.schema import ClusterSpec, ModelSpec, SearchSpec
+
+    ranks = {"q_lora_rank": 384, "kv_lora_rank": 128, "qk_nope_head_dim": 64}
+    ranks |= {"qk_rope_head_dim": 32, "v_head_dim": 64}
+    H = resolve_cluster(ClusterSpec(gpu="h100-sxm-80gb", num_gpus=8))
+    t = TrainingSpec(seq_len=S, global_batch_tokens=8 * B * S, framework="MEGATRON")
+    cfg = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=B, num_microbatches=1, zero_stage=1)
+    p = Point.from_config(cfg)
+
+    def acts(spec: ModelSpec) -> int:
+        return CostModel(resolve_model(spec), H, t, SearchSpec()).memory_bill(p).activations
+
+    mha = ModelSpec(**MODEL)
+    mla = ModelSpec(**MODEL, latent_attention=ranks)
+    h, heads = 1024, 16
+    before = 4 * h + 4 * h  # q, output (h each); k, v (16 heads of 64)
+    after = 4 * heads * (64 + 32) + 4 * heads * 64  # query, key; value, output
+    latents = 2 * (2 * 384 + (128 + 32) + 128)
+    grown = 8 * B * S * (after - before + latents)  # 8 layers
+    assert acts(mla) - acts(mha) == pytest.approx(grown, abs=2 * KIB * KIB)
