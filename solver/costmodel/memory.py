@@ -13,15 +13,22 @@ costmodel/activations.py.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
 
 from meshplan.solver.costmodel import activations
-from meshplan.solver.costmodel.context import ACT_BYTES, Ctx, n_chunk, n_stage
+from meshplan.solver.costmodel.context import Ctx, n_chunk, n_stage
 from meshplan.solver.costmodel.factors import BatchFactor
+from meshplan.solver.costmodel.memory_parts import (
+    cost_balanced_split,
+    gather_buffers,
+    kv_gathered,
+    logits_held,
+    seq_shard,
+    stage_boundary,
+)
 from meshplan.solver.costmodel.point import (
     LayoutOrRows,
     dp_cp,
@@ -35,7 +42,6 @@ from meshplan.solver.profiles import profile_of
 from meshplan.solver.schema import Recompute
 
 TENANTS = ("weights", "gradients", "optimizer", "activations")
-DTENSOR_HEAD = ("torchtitan", "kempnerforge")  # loss parallelism all-gathers the head's input
 
 
 def _layer_params(c: Ctx, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray]:
@@ -154,42 +160,14 @@ def _held_if(c: Ctx, lay: LayoutOrRows, part: str, nb: float, pp_only: bool) -> 
     return pick(lay.pp > 1, held, 0.0) if pp_only else held
 
 
-def _seq_shard(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
-    """Tokens of a micro-batch's sequence on one GPU, s/cp (over rows computed once)."""
-    return per_rows(_seq_shard_of, c, lay)
-
-
-def _seq_shard_of(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
-    return c.s / lay.cp
-
-
 def _act(c: Ctx, lay: LayoutOrRows, r: Recompute) -> np.ndarray:
-    return _seq_shard(c, lay) * activations.per_token(c, lay, r)
+    return seq_shard(c, lay) * activations.per_token(c, lay, r)
 
 
 def _full_transient(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     # Full recomputation: the block being back-propagated holds its recomputed activations
     # and their gradients, about as large (Korthikanti §5 keeps one block's worth).
     return 2 * c.s / lay.cp * activations.block(c, lay)
-
-
-def _logits_held(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
-    A, rc = c.A, c.recipe
-    vocab = A.V / (lay.tp if rc.vocab_parallel else 1)
-    out = vocab * rc.logits
-    if rc.loss_chunked:
-        # Liger-Kernel @ ead96b6 ops/fused_linear_cross_entropy.py: chunks of next_power_of_2(
-        # BT / ceil(V/h)) tokens hold their bf16 logits (gradient in place), under 2·h of them
-        # a token, and grad_input = zeros_like(input) keeps h bf16 elements a token
-        out = ACT_BYTES * (2.0 * vocab / -(-A.V // A.h) + A.h)
-    if rc.final_norm:
-        # what the final norm keeps (on the sequence shard) and the output layer's input, whole
-        # on every tp rank (DTensor gathers it)
-        out = out + rc.final_norm * A.h / activations.sp_shard(lay) + ACT_BYTES * A.h
-    elif rc.activations in DTENSOR_HEAD:
-        # the output layer's input, gathered whole on every tp rank
-        out = pick(lay.tp > 1, out + ACT_BYTES * A.h, out)
-    return _seq_shard(c, lay) * out
 
 
 def _stage_layers(c: Ctx, stage: str) -> Callable[[tuple[int, int]], Fraction]:
@@ -201,23 +179,6 @@ def _stage_layers(c: Ctx, stage: str) -> Callable[[tuple[int, int]], Fraction]:
     layer = 4 * A.a * A.head_dim * A.h + 3 * A.f * A.h
     end = 0 if stage == "first" else -1
     return lambda pv: Fraction(cost_balanced_split(A.L, layer, A.V * A.h, pv[0])[end])
-
-
-@functools.lru_cache(maxsize=1024)
-def cost_balanced_split(L: int, layer: int, head: int, pp: int) -> tuple[int, ...]:
-    """Decoder layers per pipeline rank when blocks are placed by cumulative cost (nanotron @
-    2411b02 models/base.py build_model, costs of models/llama.py get_block_compute_costs: a layer
-    4·a·d·h + 3·f·h, the output layer V·h, the embedding 0): a block goes to the current rank,
-    which is closed once the running cost passes its share (rank + 1)/pp of the total."""
-    total = L * layer + head
-    out, rank, cum = [0] * pp, 0, 0
-    for i in range(L + 1):  # the layers, then the output layer
-        cum += layer if i < L else head
-        if i < L:
-            out[rank] += 1
-        if cum > total * (rank + 1) / pp and rank < pp - 1:
-            rank += 1
-    return tuple(out)
 
 
 def _is_full(r: Recompute) -> bool:
@@ -232,7 +193,7 @@ def _loss_or_recompute(c: Ctx, lay: LayoutOrRows, stage: str, full: bool) -> np.
     log-softmax and fused nll/log-softmax backward run through DTensor's dispatch (pytorch
     torch/distributed/tensor/parallel/loss.py), and torchtitan's 70B 2-D runs print a peak 14 GiB
     above the larger of the two."""
-    held = per_rows(_logits_held, c, lay)
+    held = per_rows(logits_held, c, lay)
     if stage == "first" and not _dualpipe(c):  # DualPipeV: the loss is on rank 0 too
         held = pick(lay.pp > 1, 0.0, held)
     if not full:
@@ -242,30 +203,6 @@ def _loss_or_recompute(c: Ctx, lay: LayoutOrRows, stage: str, full: bool) -> np.
     if not c.recipe.loss_parallel_held:
         return maximum(held, block)
     return pick(lay.tp > 1, both, maximum(held, block))
-
-
-def _boundary(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
-    # the stage boundary, split over tp by sequence parallelism and over cp
-    return pick(lay.pp > 1, _seq_shard(c, lay) * ACT_BYTES * c.A.h / lay.tp, 0.0)
-
-
-def _gather_buffers(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
-    """The tp layers' persistent gather buffers (`Recipe.tp_gather_buffers`), each a micro-batch
-    sequence's [tokens, h] in bf16, with tp > 1 and sequence parallelism (nanotron @ 2411b02
-    parallel/utils.py MemoryBuffer: kept at the largest size asked)."""
-    on = (lay.tp > 1) & lay.sp
-    return pick(on, c.recipe.tp_gather_buffers * _seq_shard(c, lay) * ACT_BYTES * c.A.h, 0.0)
-
-
-def _kv_gathered(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
-    """Context parallelism by all-gather: the attention of a layer (forward, and again in its
-    backward) holds the K,V of the whole sequence, the cp shards gathered into one buffer
-    (pytorch @ 0123248 torch/distributed/tensor/experimental/_attention.py _AllGatherRotater;
-    torchtitan @ 9dec370 config_manager.py context_parallel_rotate_method 'allgather')."""
-    A = c.A
-    heads = A.a if c.recipe.kv_repeated else A.kv
-    per_rank = maximum(heads * A.head_dim / lay.tp, A.head_dim)  # kv heads < tp: replicated
-    return pick(lay.cp > 1, c.s * 2 * per_rank * ACT_BYTES, 0.0)
 
 
 def _fsdp_transients(c: Ctx, terms: list[Term], inv_group) -> None:  # noqa: ANN001
@@ -414,14 +351,14 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     mb = BatchFactor.of(1, 0)
     terms.append(Term("activations", at_loss, sel="r", key=_is_full, db=mb))
     if not (c.overlaps.cp_ring if c.overlaps else profile_of(c.framework).timing.cp_ring):
-        terms.append(Term("activations", lambda lay, _: per_rows(_kv_gathered, c, lay), db=mb))
+        terms.append(Term("activations", lambda lay, _: per_rows(kv_gathered, c, lay), db=mb))
     if rc.tp_gather_buffers:
-        terms.append(Term("activations", lambda lay, _: per_rows(_gather_buffers, c, lay), db=mb))
+        terms.append(Term("activations", lambda lay, _: per_rows(gather_buffers, c, lay), db=mb))
     if rc.pipeline_buffers:
         # One receive buffer per micro-batch and chunk (gradients on the first stage, inputs on
         # the last): the stage boundary, split over tp by sequence parallelism and over cp.
         def boundary(lay: LayoutOrRows, _: object) -> np.ndarray:
-            return per_rows(_boundary, c, lay)
+            return per_rows(stage_boundary, c, lay)
 
         chunks = lambda pv: Fraction(pv[1])  # noqa: E731
         terms.append(Term("activations", boundary, pv=chunks, db=BatchFactor.of(1, 1)))
