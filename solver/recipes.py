@@ -96,6 +96,12 @@ def with_knobs(r: R, t: TrainingSpec) -> R:
         up["activations"] = FORMS[t.activation_form]
     if t.compiled is not None:
         up["compiled"] = t.compiled
+    if t.fp8_all_gather and up.get("fsdp", r.fsdp) == "FSDP2" and t.precision is Precision.FP8:
+        # torchao's enable_fsdp_float8_all_gather: fsdp_pre_all_gather casts each Float8Linear
+        # weight's shard to float8, so the unit FSDP2 gathers (and the one it prefetches) holds
+        # 1 byte a layer parameter (pytorch/ao torchao/float8/fsdp_utils.py
+        # WeightWithDynamicFloat8CastTensor; torchtitan docs/float8.md)
+        up["gathered_weights"] = 1
     if t.fp8_activations is not None:
         up["fp8_activations"] = t.fp8_activations and t.precision is Precision.FP8
     return replace(r, **up) if up else r

@@ -42,6 +42,8 @@ class Framework(str, Enum):
 
 # The profiles whose ZeRO-3 is PyTorch FSDP (solver/profiles/ Recipe.fsdp)
 FSDP_FRAMEWORKS = (Framework.TORCHTITAN, Framework.LLM_FOUNDRY, Framework.KEMPNERFORGE)
+# The profiles whose ZeRO-3 is FSDP2 (training.fp8_all_gather)
+FSDP2_FRAMEWORKS = (Framework.TORCHTITAN, Framework.KEMPNERFORGE)
 # The profiles whose layers are eager PyTorch modules torch.compile can compile (training.compiled)
 COMPILE_FRAMEWORKS = (Framework.TORCHTITAN, Framework.LLM_FOUNDRY, Framework.KEMPNERFORGE)
 # The profiles that can shard inside a node and replicate across nodes (training.hybrid_shard):
@@ -415,6 +417,14 @@ class TrainingSpec(_Strict):
             "profile's (eager); TORCHTITAN, LLM_FOUNDRY and KEMPNERFORGE."
         ),
     )
+    fp8_all_gather: bool | None = Field(
+        default=None,
+        description=(
+            "FSDP2 gathers the layers' Float8Linear weights in FP8, 1 byte an element (torchao's "
+            "enable_fsdp_float8_all_gather); None: off; needs precision FP8 and an FSDP2 "
+            "profile (TORCHTITAN, KEMPNERFORGE)."
+        ),
+    )
     hybrid_shard: bool = Field(
         default=False,
         description=(
@@ -500,6 +510,15 @@ class TrainingSpec(_Strict):
                 f"training.hybrid_shard needs a profile that shards inside a node "
                 f"({', '.join(f.value for f in HYBRID_FRAMEWORKS)}), not training.framework "
                 f"{self.framework.value}"
+            )
+        if self.fp8_all_gather and (
+            self.precision is not Precision.FP8
+            or self.framework not in FSDP2_FRAMEWORKS
+            or self.fsdp_version is FsdpVersion.FSDP1
+        ):
+            raise ValueError(
+                "training.fp8_all_gather needs precision FP8 and FSDP2 "
+                f"({', '.join(f.value for f in FSDP2_FRAMEWORKS)}, not fsdp_version FSDP1)"
             )
         if self.compiled and self.framework not in COMPILE_FRAMEWORKS:
             raise ValueError(

@@ -283,8 +283,9 @@ def test_compiled_is_a_proto_field_and_a_flag() -> None:
     assert msg.HasField("compiled") and msg.compiled
     assert from_proto(msg, TrainingSpec) == t
     args = ["plan", "--model", "llama3-8b", "--gpus", "8", "--framework", "torchtitan"]
-    a = build_parser().parse_args([*args, "--compiled", "true"])
-    assert request_from_flags(a, evaluate=False)["training"]["compiled"] is True
+    a = build_parser().parse_args([*args, "--compiled", "true", "--fp8-all-gather", "false"])
+    training = request_from_flags(a, evaluate=False)["training"]
+    assert training["compiled"] is True and training["fp8_all_gather"] is False
 
 
 def test_latent_attention_keeps_its_latents_and_up_projected_heads() -> None:
@@ -315,3 +316,28 @@ def test_latent_attention_keeps_its_latents_and_up_projected_heads() -> None:
     latents = 2 * (2 * 384 + (128 + 32) + 128)
     grown = 8 * B * S * (after - before + latents)  # 8 layers
     assert acts(mla) - acts(mha) == pytest.approx(grown, abs=2 * KIB * KIB)
+
+
+def test_fp8_all_gather_gathers_a_unit_s_layer_weights_in_one_byte() -> None:
+    # torchao's float8 all-gather: the unit FSDP2 gathers and the one it prefetches hold their
+    # Float8Linear weights in fp8, 1 byte a layer parameter instead of bf16's 2
+    t = {"framework": "TORCHTITAN", "precision": "FP8"}
+    bf16 = _state(t | {"fp8_all_gather": False})
+    fp8 = _state(t | {"fp8_all_gather": True})
+    layer = 4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024  # one layer, its two norms too
+    assert bf16["weights"] - fp8["weights"] == pytest.approx(2 * layer, abs=2 * KIB * KIB)
+    assert bf16["gradients"] == fp8["gradients"]
+    assert _state(t | {"fp8_all_gather": True}, zero=1) == _state(t, zero=1)  # nothing gathered
+
+
+def test_fp8_all_gather_needs_fp8_and_fsdp2() -> None:
+    for bad in (
+        {"framework": "TORCHTITAN"},  # BF16
+        {"framework": "LLM_FOUNDRY", "precision": "FP8"},  # FSDP1
+        {"framework": "TORCHTITAN", "precision": "FP8", "fsdp_version": "FSDP1"},
+    ):
+        with pytest.raises(ValidationError, match="training.fp8_all_gather needs precision FP8"):
+            TrainingSpec(**bad, fp8_all_gather=True)
+    t = TrainingSpec(framework="TORCHTITAN", precision="FP8", fp8_all_gather=True)
+    msg = to_proto(t, spec_pb2.TrainingSpec)
+    assert msg.HasField("fp8_all_gather") and from_proto(msg, TrainingSpec) == t

@@ -133,6 +133,9 @@ def instances(draw: st.DrawFn) -> PlanRequest:
     if gpu.startswith("h100") and framework not in NO_FP8 and draw(st.booleans()):
         training["precision"] = "FP8"
         training["fp8_activations"] = draw(st.sampled_from([None, True, False]))
+        fsdp2 = framework in ("TORCHTITAN", "KEMPNERFORGE")
+        if fsdp2 and training.get("fsdp_version") != "FSDP1" and draw(st.booleans()):
+            training["fp8_all_gather"] = True  # torchao: FSDP2 gathers fp8 weights
     cluster = {
         "gpu": gpu,
         "num_gpus": n,

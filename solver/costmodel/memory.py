@@ -321,11 +321,13 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     # the loss the unit holding the output layer (with the embedding when pp = 1).
     z3 = lambda z: z >= 3  # noqa: E731
     g = 2 * c.wb + (rc.unit_grad or c.gb)  # FSDP1 reduce-scatters the bf16 flat gradient
+    # torchao's float8 all-gather gathers the layers' Float8Linear weights in fp8
+    g_dense = 2 * (rc.gathered_weights or c.wb) + (rc.unit_grad or c.gb)
 
     def gathered(lay: LayoutOrRows, on: bool) -> np.ndarray | float:
         if not on:
             return 0.0
-        held = _bytes(c, lay, "dense", g)  # g·x is x·g; x + 0.0 is x (x >= 0)
+        held = _bytes(c, lay, "dense", g_dense)  # g·x is x·g; x + 0.0 is x (x >= 0)
         return held + _bytes(c, lay, stage, rc.extra_weights or c.wb) if rc.root_gather else held
 
     terms.append(Term("weights", gathered, sel="z", key=z3))

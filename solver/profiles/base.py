@@ -114,6 +114,7 @@ class Recipe:
     # ZeRO shards over the data-parallel ranks inside a node, replicated across nodes (HSDP)
     hybrid_shard: bool = False
     compiled: bool = False  # the blocks run under torch.compile (activations.py)
+    gathered_weights: int = 0  # ZeRO-3: bytes per layer parameter gathered (0: `weights`)
     # last stage: bytes per token per h the final norm keeps for backward (on the sequence
     # shard), beside the output layer's whole input (memory.py); 0: not counted
     final_norm: int = 0
