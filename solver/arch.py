@@ -55,6 +55,9 @@ class Arch:
     hd: int = 0  # attention head width (0: h / a)
     # the attention details an export needs (None: unknown); not part of the cost model's key
     attention: Attention | None = field(default=None, compare=False)
+    # multi-head latent attention's ranks (None: none), which the memory bill reads
+    # (costmodel/activations.py): part of the key
+    mla: LatentAttentionSpec | None = None
 
     @cached_property
     def is_moe(self) -> bool:
@@ -218,7 +221,8 @@ def resolve_model(spec: ModelSpec) -> Arch:
         shared=moe.num_shared_experts if moe else 0,
         n_dense=moe.num_dense_layers if moe else 0,
         hd=hd if hd and hd * a != h else 0,
-        attention=_attention(spec, preset),
+        attention=(att := _attention(spec, preset)),
+        mla=att.mla if att is not None else None,
     )
 
 

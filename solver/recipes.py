@@ -73,6 +73,10 @@ def with_knobs(r: R, t: TrainingSpec) -> R:
             up["accumulation"] = size
         else:
             up["gradients"] = size
+        if r.ddp_grads and size == 2:
+            # no fp32 accumulator: DDP wraps the model at every ZeRO stage (nanotron @ e24d248
+            # trainer.py make_ddp)
+            up["ddp_zero_below"] = 4
 
     if t.master_dtype is not None:
         # a bf16 master is the bf16 parameter updated in place; with FSDP's sharded master the
@@ -90,6 +94,14 @@ def with_knobs(r: R, t: TrainingSpec) -> R:
         up["hybrid_shard"] = True
     if t.activation_form is not None:
         up["activations"] = FORMS[t.activation_form]
+    if t.compiled is not None:
+        up["compiled"] = t.compiled
+    if t.fp8_all_gather and up.get("fsdp", r.fsdp) == "FSDP2" and t.precision is Precision.FP8:
+        # torchao's enable_fsdp_float8_all_gather: fsdp_pre_all_gather casts each Float8Linear
+        # weight's shard to float8, so the unit FSDP2 gathers (and the one it prefetches) holds
+        # 1 byte a layer parameter (pytorch/ao torchao/float8/fsdp_utils.py
+        # WeightWithDynamicFloat8CastTensor; torchtitan docs/float8.md)
+        up["gathered_weights"] = 1
     if t.fp8_activations is not None:
         up["fp8_activations"] = t.fp8_activations and t.precision is Precision.FP8
     return replace(r, **up) if up else r

@@ -42,6 +42,10 @@ class Framework(str, Enum):
 
 # The profiles whose ZeRO-3 is PyTorch FSDP (solver/profiles/ Recipe.fsdp)
 FSDP_FRAMEWORKS = (Framework.TORCHTITAN, Framework.LLM_FOUNDRY, Framework.KEMPNERFORGE)
+# The profiles whose ZeRO-3 is FSDP2 (training.fp8_all_gather)
+FSDP2_FRAMEWORKS = (Framework.TORCHTITAN, Framework.KEMPNERFORGE)
+# The profiles whose layers are eager PyTorch modules torch.compile can compile (training.compiled)
+COMPILE_FRAMEWORKS = (Framework.TORCHTITAN, Framework.LLM_FOUNDRY, Framework.KEMPNERFORGE)
 # The profiles that can shard inside a node and replicate across nodes (training.hybrid_shard):
 # FSDP1's HYBRID_SHARD, FSDP2's HSDP (dp_replicate x dp_shard), and the textbook
 HYBRID_FRAMEWORKS = (*FSDP_FRAMEWORKS, Framework.GENERIC)
@@ -404,6 +408,23 @@ class TrainingSpec(_Strict):
             "(Transformer Engine); None: the framework profile's (needs precision FP8)."
         ),
     )
+    compiled: bool | None = Field(
+        default=None,
+        description=(
+            "The transformer blocks run under torch.compile (torchtitan's compile.enable, "
+            "Composer's compile_config): the backward keeps only what it reads, and recomputes "
+            "the norms' outputs and the gated MLP's activation and product; None: the framework "
+            "profile's (eager); TORCHTITAN, LLM_FOUNDRY and KEMPNERFORGE."
+        ),
+    )
+    fp8_all_gather: bool | None = Field(
+        default=None,
+        description=(
+            "FSDP2 gathers the layers' Float8Linear weights in FP8, 1 byte an element (torchao's "
+            "enable_fsdp_float8_all_gather); None: off; needs precision FP8 and an FSDP2 "
+            "profile (TORCHTITAN, KEMPNERFORGE)."
+        ),
+    )
     hybrid_shard: bool = Field(
         default=False,
         description=(
@@ -488,6 +509,21 @@ class TrainingSpec(_Strict):
             raise ValueError(
                 f"training.hybrid_shard needs a profile that shards inside a node "
                 f"({', '.join(f.value for f in HYBRID_FRAMEWORKS)}), not training.framework "
+                f"{self.framework.value}"
+            )
+        if self.fp8_all_gather and (
+            self.precision is not Precision.FP8
+            or self.framework not in FSDP2_FRAMEWORKS
+            or self.fsdp_version is FsdpVersion.FSDP1
+        ):
+            raise ValueError(
+                "training.fp8_all_gather needs precision FP8 and FSDP2 "
+                f"({', '.join(f.value for f in FSDP2_FRAMEWORKS)}, not fsdp_version FSDP1)"
+            )
+        if self.compiled and self.framework not in COMPILE_FRAMEWORKS:
+            raise ValueError(
+                f"training.compiled needs a profile whose layers are eager PyTorch modules "
+                f"({', '.join(f.value for f in COMPILE_FRAMEWORKS)}), not training.framework "
                 f"{self.framework.value}"
             )
         dual = self.pipeline_schedule is PipelineSchedule.DUALPIPE_V

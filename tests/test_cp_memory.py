@@ -1,4 +1,4 @@
-"""Context parallelism's K,V buffers in memory (solver/costmodel/memory.py _kv_gathered): a
+"""Context parallelism's K,V buffers in memory (solver/costmodel/memory_parts.py kv_gathered): a
 framework that all-gathers the K,V shards (torchtitan, PyTorch's _AllGatherRotater) holds the
 whole sequence's K,V while a layer's attention runs; a ring (Megatron's p2p) holds hops only."""
 

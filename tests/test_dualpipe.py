@@ -115,3 +115,35 @@ def test_the_torchtitan_export_names_the_dualpipev_schedule() -> None:
     plain = _eval(None, llama)
     text = emit("torchtitan", plain.config, plain.model, plain.training, 4096 * 4 * 8)
     assert "Interleaved1F1B" in text and "DualPipeV" not in text
+
+
+def test_rank_0_holds_two_pp_plus_one_chunks_and_the_loss() -> None:
+    # DeepSeek-V3 report table 2 (DualPipe README): PP + 1 stages' activations per device, PP
+    # the stages (2·pp in the V): on the rank holding the loss, interleaved 1F1B's last stage
+    # keeps (v − 1)·pp + 1 = pp + 1 chunks, DualPipeV 2·pp + 1, the embedding beside the head
+    from meshplan.solver.arch import resolve_model
+    from meshplan.solver.costmodel import CostModel, Point
+    from meshplan.solver.costmodel.activations import per_token
+    from meshplan.solver.costmodel.model import MEMORY_UNIT
+    from meshplan.solver.hardware import resolve_cluster
+    from meshplan.solver.schema import ParallelConfig, Recompute, SearchSpec
+
+    def model(schedule: str | None) -> tuple[CostModel, Point]:
+        req = _eval(schedule)
+        A, H = resolve_model(req.model), resolve_cluster(req.cluster)
+        t = req.training.model_copy(update={"global_batch_tokens": 4 * 8 * 4096})
+        cfg = ParallelConfig.model_validate(req.config.model_dump())
+        return CostModel(A, H, t, SearchSpec()), Point.from_config(cfg)
+
+    dual, p = model("DUALPIPE_V")
+    inter, _ = model(None)
+    grown = {
+        k: (dual.tenants_int(p, "last")[k] - inter.tenants_int(p, "last")[k]) * MEMORY_UNIT
+        for k in ("activations", "weights")
+    }
+    layer_mb = float(per_token(dual.ctx, p.lay, Recompute.NONE)) * 4096  # a layer, micro-batch
+    pp, chunk = 4, 16 // 8  # 16 layers in 2·pp chunks
+    assert grown["activations"] == pytest.approx(pp * chunk * layer_mb, rel=1e-3)
+    assert grown["weights"] > 0  # the embedding beside the output layer
+    first = dual.tenants_int(p, "first")["activations"] * MEMORY_UNIT
+    assert first == pytest.approx(dual.tenants_int(p, "last")["activations"] * MEMORY_UNIT)

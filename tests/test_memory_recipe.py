@@ -131,14 +131,23 @@ def _state(training: dict, zero: int = 3) -> dict[str, int]:
 
 
 def test_state_dtypes_change_the_bytes_per_parameter() -> None:
-    # nanotron keeps fp32 main gradients (4 B, unsharded at ZeRO-1) unless it accumulates in bf16
+    # nanotron keeps fp32 main gradients (4 B, unsharded at ZeRO-1) unless it accumulates in bf16,
+    # and then DDP's bf16 buckets sit beside the bf16 gradients at every ZeRO stage
     fp32 = _state({"framework": "NANOTRON"}, zero=1)
     bf16 = _state({"framework": "NANOTRON", "grad_dtype": "BF16"}, zero=1)
-    assert fp32["gradients"] == pytest.approx(2 * bf16["gradients"] - _ddp(bf16), rel=1e-4)
+    assert fp32["gradients"] == pytest.approx(2 * (bf16["gradients"] - _ddp(bf16)), rel=1e-4)
     # a bf16 master is the bf16 parameter updated in place: 4 of GENERIC's 12 optimizer bytes go
     full = _state({"framework": "GENERIC"}, zero=1)
     none = _state({"framework": "GENERIC", "master_dtype": "BF16"}, zero=1)
     assert none["optimizer"] == pytest.approx(full["optimizer"] * 8 / 12, rel=1e-4)
+
+
+def test_nanotron_wraps_ddp_only_without_zero_over_its_fp32_accumulator() -> None:
+    # nanotron @ e24d248 trainer.py: make_ddp = dp > 1 and not (accumulate_grad_in_fp32 and
+    # zero_stage > 0): the bf16 buckets (2 B) beside the fp32 gradients (4 B) at ZeRO-0 only
+    zero0 = _state({"framework": "NANOTRON"}, zero=0)
+    zero1 = _state({"framework": "NANOTRON"}, zero=1)
+    assert zero0["gradients"] == pytest.approx(1.5 * zero1["gradients"], rel=1e-4)
 
 
 def _ddp(bill: dict[str, int]) -> int:
@@ -206,3 +215,129 @@ def test_knobs_are_cli_flags() -> None:
         "grad_dtype": "BF16",
         "fp8_activations": False,
     }
+
+
+def test_nanotron_tp_keeps_two_gather_buffers_of_a_micro_batch() -> None:
+    # parallel/utils.py MemoryBuffer "allgather" and "allgather2": one micro-batch's [tokens, h]
+    # in bf16 each, kept once tp > 1 gathers the sequence shards
+    from dataclasses import replace
+
+    from meshplan.solver.arch import resolve_model
+    from meshplan.solver.costmodel import CostModel, Point
+    from meshplan.solver.costmodel.context import recipe_of
+    from meshplan.solver.hardware import resolve_cluster
+    from meshplan.solver.schema import ClusterSpec, ModelSpec, SearchSpec
+
+    A = resolve_model(ModelSpec(**MODEL))
+    H = resolve_cluster(ClusterSpec(gpu="h100-sxm-80gb", num_gpus=8))
+    t = TrainingSpec(seq_len=S, global_batch_tokens=4 * B * S, framework="NANOTRON")
+    rec = recipe_of(t)
+    assert rec.tp_gather_buffers == 2
+    kept = CostModel(A, H, t, SearchSpec(), recipe=rec)
+    none = CostModel(A, H, t, SearchSpec(), recipe=replace(rec, tp_gather_buffers=0))
+    for tp, grown in ((2, 2 * B * S * 1024 * 2), (1, 0)):
+        cfg = ParallelConfig(
+            tp=tp, pp=1, dp=8 // tp, micro_batch_size=B, num_microbatches=1, zero_stage=1
+        )
+        p = Point.from_config(cfg)
+        diff = kept.memory_bill(p).activations - none.memory_bill(p).activations
+        assert diff == pytest.approx(grown, abs=2 * KIB * KIB)
+
+
+@pytest.mark.parametrize(
+    ("tp", "recompute", "per_token"),
+    [
+        # the norms' outputs (2 x 2h) and the gated MLP's silu(gate) and product (2 x 2f)
+        (1, "NONE", 4 * 1024 + 4 * 4096),
+        # tp > 1 all-gathers the norms' outputs (kept): the MLP's two, on a tp shard
+        (2, "NONE", 4 * 4096 // 2),
+        # op-level SAC: the block's last mm output (2h, a sequence shard), never read backward
+        (1, "SELECTIVE", 2 * 1024),
+        (2, "SELECTIVE", 2 * 1024 // 2),
+        # full recomputation keeps the layer inputs; the recomputed block is billed as eager's
+        (1, "FULL", 0),
+    ],
+)
+def test_compiled_blocks_keep_only_what_their_backward_reads(
+    tp: int, recompute: str, per_token: int
+) -> None:
+    t = {"framework": "TORCHTITAN"}
+    eager = _activations({**t, "compiled": False}, tp=tp, recompute=recompute)
+    compiled = _activations({**t, "compiled": True}, tp=tp, recompute=recompute)
+    layers, tokens = 8, B * S
+    assert eager - compiled == pytest.approx(layers * tokens * per_token, abs=2 * KIB * KIB)
+
+
+def test_compiled_needs_eager_pytorch_layers() -> None:
+    with pytest.raises(ValidationError, match="training.compiled needs a profile"):
+        TrainingSpec(framework="MEGATRON", compiled=True)
+    assert TrainingSpec(framework="MEGATRON", compiled=False).compiled is False
+
+
+def test_compiled_is_a_proto_field_and_a_flag() -> None:
+    from meshplan.tools.cli.inputs import request_from_flags
+    from meshplan.tools.cli.main import build_parser
+
+    t = TrainingSpec(framework="TORCHTITAN", compiled=True)
+    msg = to_proto(t, spec_pb2.TrainingSpec)
+    assert msg.HasField("compiled") and msg.compiled
+    assert from_proto(msg, TrainingSpec) == t
+    args = ["plan", "--model", "llama3-8b", "--gpus", "8", "--framework", "torchtitan"]
+    a = build_parser().parse_args([*args, "--compiled", "true", "--fp8-all-gather", "false"])
+    training = request_from_flags(a, evaluate=False)["training"]
+    assert training["compiled"] is True and training["fp8_all_gather"] is False
+
+
+def test_latent_attention_keeps_its_latents_and_up_projected_heads() -> None:
+    # Megatron's MLA (multi_latent_attention.py): the normalised q and kv latents (q_compressed,
+    # kv_combined with the rotary key, kv_compressed: input and output of each norm) on the
+    # sequence shard, and for the core attention the up-projected query and key (nope + rope
+    # per head) and the value, with the output, in place of q, k, v and the output of h / a
+    from meshplan.solver.arch import resolve_model
+    from meshplan.solver.costmodel import CostModel, Point
+    from meshplan.solver.hardware import resolve_cluster
+    from meshplan.solver.schema import ClusterSpec, ModelSpec, SearchSpec
+
+    ranks = {"q_lora_rank": 384, "kv_lora_rank": 128, "qk_nope_head_dim": 64}
+    ranks |= {"qk_rope_head_dim": 32, "v_head_dim": 64}
+    H = resolve_cluster(ClusterSpec(gpu="h100-sxm-80gb", num_gpus=8))
+    t = TrainingSpec(seq_len=S, global_batch_tokens=8 * B * S, framework="MEGATRON")
+    cfg = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=B, num_microbatches=1, zero_stage=1)
+    p = Point.from_config(cfg)
+
+    def acts(spec: ModelSpec) -> int:
+        return CostModel(resolve_model(spec), H, t, SearchSpec()).memory_bill(p).activations
+
+    mha = ModelSpec(**MODEL)
+    mla = ModelSpec(**MODEL, latent_attention=ranks)
+    h, heads = 1024, 16
+    before = 4 * h + 4 * h  # q, output (h each); k, v (16 heads of 64)
+    after = 4 * heads * (64 + 32) + 4 * heads * 64  # query, key; value, output
+    latents = 2 * (2 * 384 + (128 + 32) + 128)
+    grown = 8 * B * S * (after - before + latents)  # 8 layers
+    assert acts(mla) - acts(mha) == pytest.approx(grown, abs=2 * KIB * KIB)
+
+
+def test_fp8_all_gather_gathers_a_unit_s_layer_weights_in_one_byte() -> None:
+    # torchao's float8 all-gather: the unit FSDP2 gathers and the one it prefetches hold their
+    # Float8Linear weights in fp8, 1 byte a layer parameter instead of bf16's 2
+    t = {"framework": "TORCHTITAN", "precision": "FP8"}
+    bf16 = _state(t | {"fp8_all_gather": False})
+    fp8 = _state(t | {"fp8_all_gather": True})
+    layer = 4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024  # one layer, its two norms too
+    assert bf16["weights"] - fp8["weights"] == pytest.approx(2 * layer, abs=2 * KIB * KIB)
+    assert bf16["gradients"] == fp8["gradients"]
+    assert _state(t | {"fp8_all_gather": True}, zero=1) == _state(t, zero=1)  # nothing gathered
+
+
+def test_fp8_all_gather_needs_fp8_and_fsdp2() -> None:
+    for bad in (
+        {"framework": "TORCHTITAN"},  # BF16
+        {"framework": "LLM_FOUNDRY", "precision": "FP8"},  # FSDP1
+        {"framework": "TORCHTITAN", "precision": "FP8", "fsdp_version": "FSDP1"},
+    ):
+        with pytest.raises(ValidationError, match="training.fp8_all_gather needs precision FP8"):
+            TrainingSpec(**bad, fp8_all_gather=True)
+    t = TrainingSpec(framework="TORCHTITAN", precision="FP8", fp8_all_gather=True)
+    msg = to_proto(t, spec_pb2.TrainingSpec)
+    assert msg.HasField("fp8_all_gather") and from_proto(msg, TrainingSpec) == t

@@ -104,6 +104,8 @@ def instances(draw: st.DrawFn) -> PlanRequest:
         training["fsdp_version"] = draw(st.sampled_from(["FSDP1", "FSDP2"]))
     if framework in (*FSDP, "GENERIC") and draw(st.booleans()):
         training["hybrid_shard"] = True  # ZeRO shards inside a node: memory and dp traffic
+    if framework in FSDP and draw(st.booleans()):  # the eager PyTorch profiles compile too
+        training["compiled"] = draw(st.booleans())
     if draw(st.booleans()):
         training["critical_batch_tokens"] = seq * draw(st.sampled_from([8, 64, 4096]))
     else:
@@ -131,6 +133,9 @@ def instances(draw: st.DrawFn) -> PlanRequest:
     if gpu.startswith("h100") and framework not in NO_FP8 and draw(st.booleans()):
         training["precision"] = "FP8"
         training["fp8_activations"] = draw(st.sampled_from([None, True, False]))
+        fsdp2 = framework in ("TORCHTITAN", "KEMPNERFORGE")
+        if fsdp2 and training.get("fsdp_version") != "FSDP1" and draw(st.booleans()):
+            training["fp8_all_gather"] = True  # torchao: FSDP2 gathers fp8 weights
     cluster = {
         "gpu": gpu,
         "num_gpus": n,

@@ -187,7 +187,7 @@ class ClusterSpec(_message.Message):
     def __init__(self, gpu: _Optional[str] = ..., num_gpus: _Optional[int] = ..., gpus_per_node: _Optional[int] = ..., hbm_gib: _Optional[float] = ..., peak_bf16_tflops: _Optional[float] = ..., intra_node_gbps: _Optional[float] = ..., inter_node_gbps: _Optional[float] = ...) -> None: ...
 
 class TrainingSpec(_message.Message):
-    __slots__ = ("seq_len", "global_batch_tokens", "critical_batch_tokens", "precision", "framework", "train_tokens", "fused_attention", "grad_reduce_in_bf16", "tp_comm_overlap", "dp_comm_overlap", "cp_comm_overlap", "ep_comm_overlap", "ep_dispatch_dedup", "moe_router_force_balance", "pipeline_schedule", "loss_kernel", "grad_dtype", "master_dtype", "fsdp_version", "activation_form", "fp8_activations", "hybrid_shard")
+    __slots__ = ("seq_len", "global_batch_tokens", "critical_batch_tokens", "precision", "framework", "train_tokens", "fused_attention", "grad_reduce_in_bf16", "tp_comm_overlap", "dp_comm_overlap", "cp_comm_overlap", "ep_comm_overlap", "ep_dispatch_dedup", "moe_router_force_balance", "pipeline_schedule", "loss_kernel", "grad_dtype", "master_dtype", "fsdp_version", "activation_form", "fp8_activations", "hybrid_shard", "compiled", "fp8_all_gather")
     SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CRITICAL_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -210,6 +210,8 @@ class TrainingSpec(_message.Message):
     ACTIVATION_FORM_FIELD_NUMBER: _ClassVar[int]
     FP8_ACTIVATIONS_FIELD_NUMBER: _ClassVar[int]
     HYBRID_SHARD_FIELD_NUMBER: _ClassVar[int]
+    COMPILED_FIELD_NUMBER: _ClassVar[int]
+    FP8_ALL_GATHER_FIELD_NUMBER: _ClassVar[int]
     seq_len: int
     global_batch_tokens: int
     critical_batch_tokens: int
@@ -232,7 +234,9 @@ class TrainingSpec(_message.Message):
     activation_form: ActivationForm
     fp8_activations: bool
     hybrid_shard: bool
-    def __init__(self, seq_len: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ..., critical_batch_tokens: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., framework: _Optional[_Union[Framework, str]] = ..., train_tokens: _Optional[int] = ..., fused_attention: _Optional[bool] = ..., grad_reduce_in_bf16: _Optional[bool] = ..., tp_comm_overlap: _Optional[bool] = ..., dp_comm_overlap: _Optional[bool] = ..., cp_comm_overlap: _Optional[bool] = ..., ep_comm_overlap: _Optional[bool] = ..., ep_dispatch_dedup: _Optional[bool] = ..., moe_router_force_balance: _Optional[bool] = ..., pipeline_schedule: _Optional[_Union[PipelineSchedule, str]] = ..., loss_kernel: _Optional[_Union[LossKernel, str]] = ..., grad_dtype: _Optional[_Union[StateDtype, str]] = ..., master_dtype: _Optional[_Union[StateDtype, str]] = ..., fsdp_version: _Optional[_Union[FsdpVersion, str]] = ..., activation_form: _Optional[_Union[ActivationForm, str]] = ..., fp8_activations: _Optional[bool] = ..., hybrid_shard: _Optional[bool] = ...) -> None: ...
+    compiled: bool
+    fp8_all_gather: bool
+    def __init__(self, seq_len: _Optional[int] = ..., global_batch_tokens: _Optional[int] = ..., critical_batch_tokens: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., framework: _Optional[_Union[Framework, str]] = ..., train_tokens: _Optional[int] = ..., fused_attention: _Optional[bool] = ..., grad_reduce_in_bf16: _Optional[bool] = ..., tp_comm_overlap: _Optional[bool] = ..., dp_comm_overlap: _Optional[bool] = ..., cp_comm_overlap: _Optional[bool] = ..., ep_comm_overlap: _Optional[bool] = ..., ep_dispatch_dedup: _Optional[bool] = ..., moe_router_force_balance: _Optional[bool] = ..., pipeline_schedule: _Optional[_Union[PipelineSchedule, str]] = ..., loss_kernel: _Optional[_Union[LossKernel, str]] = ..., grad_dtype: _Optional[_Union[StateDtype, str]] = ..., master_dtype: _Optional[_Union[StateDtype, str]] = ..., fsdp_version: _Optional[_Union[FsdpVersion, str]] = ..., activation_form: _Optional[_Union[ActivationForm, str]] = ..., fp8_activations: _Optional[bool] = ..., hybrid_shard: _Optional[bool] = ..., compiled: _Optional[bool] = ..., fp8_all_gather: _Optional[bool] = ...) -> None: ...
 
 class ParallelConfig(_message.Message):
     __slots__ = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "num_microbatches", "zero_stage", "recompute", "sequence_parallel", "etp")

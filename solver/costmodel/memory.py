@@ -13,15 +13,22 @@ costmodel/activations.py.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
 
 from meshplan.solver.costmodel import activations
-from meshplan.solver.costmodel.context import ACT_BYTES, Ctx, n_chunk, n_stage
+from meshplan.solver.costmodel.context import Ctx, n_chunk, n_stage
 from meshplan.solver.costmodel.factors import BatchFactor
+from meshplan.solver.costmodel.memory_parts import (
+    cost_balanced_split,
+    gather_buffers,
+    kv_gathered,
+    logits_held,
+    seq_shard,
+    stage_boundary,
+)
 from meshplan.solver.costmodel.point import (
     LayoutOrRows,
     dp_cp,
@@ -35,7 +42,6 @@ from meshplan.solver.profiles import profile_of
 from meshplan.solver.schema import Recompute
 
 TENANTS = ("weights", "gradients", "optimizer", "activations")
-DTENSOR_HEAD = ("torchtitan", "kempnerforge")  # loss parallelism all-gathers the head's input
 
 
 def _layer_params(c: Ctx, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray]:
@@ -70,10 +76,17 @@ def _extras(c: Ctx, lay: LayoutOrRows, stage: str) -> np.ndarray:
 
 def _extras_of(c: Ctx, lay: LayoutOrRows, stage: str) -> np.ndarray:
     A = c.A
-    one = lay.pp == 1
+    # DualPipeV folds the pipeline into a V: rank 0 holds the first stage and the last, the
+    # embedding and the output layer (deepseek-ai/DualPipe @ 3da1bbe dualpipe/dualpipev.py)
+    one = (lay.pp == 1) | _dualpipe(c)
     embed = A.embed_params / (lay.tp if c.recipe.vocab_parallel else 1)
     head = pick(A.tied & one, A.h, A.V * A.h + A.h) / lay.tp
     return pick(one, embed + head, embed if stage == "first" else head)
+
+
+def _dualpipe(c: Ctx) -> bool:
+    """The request runs DualPipeV (training.pipeline_schedule)."""
+    return c.overlaps is not None and c.overlaps.dualpipe
 
 
 def _dense_tp(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
@@ -147,42 +160,14 @@ def _held_if(c: Ctx, lay: LayoutOrRows, part: str, nb: float, pp_only: bool) -> 
     return pick(lay.pp > 1, held, 0.0) if pp_only else held
 
 
-def _seq_shard(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
-    """Tokens of a micro-batch's sequence on one GPU, s/cp (over rows computed once)."""
-    return per_rows(_seq_shard_of, c, lay)
-
-
-def _seq_shard_of(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
-    return c.s / lay.cp
-
-
 def _act(c: Ctx, lay: LayoutOrRows, r: Recompute) -> np.ndarray:
-    return _seq_shard(c, lay) * activations.per_token(c, lay, r)
+    return seq_shard(c, lay) * activations.per_token(c, lay, r)
 
 
 def _full_transient(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     # Full recomputation: the block being back-propagated holds its recomputed activations
     # and their gradients, about as large (Korthikanti §5 keeps one block's worth).
     return 2 * c.s / lay.cp * activations.block(c, lay)
-
-
-def _logits_held(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
-    A, rc = c.A, c.recipe
-    vocab = A.V / (lay.tp if rc.vocab_parallel else 1)
-    out = vocab * rc.logits
-    if rc.loss_chunked:
-        # Liger-Kernel @ ead96b6 ops/fused_linear_cross_entropy.py: chunks of next_power_of_2(
-        # BT / ceil(V/h)) tokens hold their bf16 logits (gradient in place), under 2·h of them
-        # a token, and grad_input = zeros_like(input) keeps h bf16 elements a token
-        out = ACT_BYTES * (2.0 * vocab / -(-A.V // A.h) + A.h)
-    if rc.final_norm:
-        # what the final norm keeps (on the sequence shard) and the output layer's input, whole
-        # on every tp rank (DTensor gathers it)
-        out = out + rc.final_norm * A.h / activations.sp_shard(lay) + ACT_BYTES * A.h
-    elif rc.activations in DTENSOR_HEAD:
-        # the output layer's input, gathered whole on every tp rank
-        out = pick(lay.tp > 1, out + ACT_BYTES * A.h, out)
-    return _seq_shard(c, lay) * out
 
 
 def _stage_layers(c: Ctx, stage: str) -> Callable[[tuple[int, int]], Fraction]:
@@ -194,23 +179,6 @@ def _stage_layers(c: Ctx, stage: str) -> Callable[[tuple[int, int]], Fraction]:
     layer = 4 * A.a * A.head_dim * A.h + 3 * A.f * A.h
     end = 0 if stage == "first" else -1
     return lambda pv: Fraction(cost_balanced_split(A.L, layer, A.V * A.h, pv[0])[end])
-
-
-@functools.lru_cache(maxsize=1024)
-def cost_balanced_split(L: int, layer: int, head: int, pp: int) -> tuple[int, ...]:
-    """Decoder layers per pipeline rank when blocks are placed by cumulative cost (nanotron @
-    2411b02 models/base.py build_model, costs of models/llama.py get_block_compute_costs: a layer
-    4·a·d·h + 3·f·h, the output layer V·h, the embedding 0): a block goes to the current rank,
-    which is closed once the running cost passes its share (rank + 1)/pp of the total."""
-    total = L * layer + head
-    out, rank, cum = [0] * pp, 0, 0
-    for i in range(L + 1):  # the layers, then the output layer
-        cum += layer if i < L else head
-        if i < L:
-            out[rank] += 1
-        if cum > total * (rank + 1) / pp and rank < pp - 1:
-            rank += 1
-    return tuple(out)
 
 
 def _is_full(r: Recompute) -> bool:
@@ -225,8 +193,8 @@ def _loss_or_recompute(c: Ctx, lay: LayoutOrRows, stage: str, full: bool) -> np.
     log-softmax and fused nll/log-softmax backward run through DTensor's dispatch (pytorch
     torch/distributed/tensor/parallel/loss.py), and torchtitan's 70B 2-D runs print a peak 14 GiB
     above the larger of the two."""
-    held = per_rows(_logits_held, c, lay)
-    if stage == "first":
+    held = per_rows(logits_held, c, lay)
+    if stage == "first" and not _dualpipe(c):  # DualPipeV: the loss is on rank 0 too
         held = pick(lay.pp > 1, 0.0, held)
     if not full:
         return held
@@ -235,22 +203,6 @@ def _loss_or_recompute(c: Ctx, lay: LayoutOrRows, stage: str, full: bool) -> np.
     if not c.recipe.loss_parallel_held:
         return maximum(held, block)
     return pick(lay.tp > 1, both, maximum(held, block))
-
-
-def _boundary(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
-    # the stage boundary, split over tp by sequence parallelism and over cp
-    return pick(lay.pp > 1, _seq_shard(c, lay) * ACT_BYTES * c.A.h / lay.tp, 0.0)
-
-
-def _kv_gathered(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
-    """Context parallelism by all-gather: the attention of a layer (forward, and again in its
-    backward) holds the K,V of the whole sequence, the cp shards gathered into one buffer
-    (pytorch @ 0123248 torch/distributed/tensor/experimental/_attention.py _AllGatherRotater;
-    torchtitan @ 9dec370 config_manager.py context_parallel_rotate_method 'allgather')."""
-    A = c.A
-    heads = A.a if c.recipe.kv_repeated else A.kv
-    per_rank = maximum(heads * A.head_dim / lay.tp, A.head_dim)  # kv heads < tp: replicated
-    return pick(lay.cp > 1, c.s * 2 * per_rank * ACT_BYTES, 0.0)
 
 
 def _fsdp_transients(c: Ctx, terms: list[Term], inv_group) -> None:  # noqa: ANN001
@@ -326,13 +278,20 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         # torch DDP's gradient buckets, full size beside the main gradients, with dp·cp > 1
         ddp = rc.ddp_grads
 
-        def ddp_part(part: str) -> Callable[[LayoutOrRows, object], np.ndarray]:
-            return lambda lay, _: pick(dp_cp(lay) > 1, _bytes(c, lay, part, ddp), 0.0)
+        below = rc.ddp_zero_below
+        on_z = lambda z: z < below  # noqa: E731
 
-        terms.append(Term("gradients", ddp_part("dense"), pv=pv_stage))
-        terms.append(Term("gradients", ddp_part(stage)))
+        def ddp_part(part: str) -> Callable[[LayoutOrRows, bool], np.ndarray | float]:
+            return lambda lay, on: (
+                pick(dp_cp(lay) > 1, _bytes(c, lay, part, ddp), 0.0) if on else 0.0
+            )
+
+        terms.append(Term("gradients", ddp_part("dense"), sel="z", key=on_z, pv=pv_stage))
+        terms.append(Term("gradients", ddp_part(stage), sel="z", key=on_z))
         if A.is_moe:
-            terms.append(Term("gradients", ddp_part("expert"), pv=pv_stage, te=inv_group))
+            terms.append(
+                Term("gradients", ddp_part("expert"), sel="z", key=on_z, pv=pv_stage, te=inv_group)
+            )
     if rc.fp8_weight_cache:
         # FP8 copies of the layers' linear weights cached across micro-batches; a weight-sharding
         # stage drops them (Megatron-FSDP).
@@ -362,11 +321,13 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     # the loss the unit holding the output layer (with the embedding when pp = 1).
     z3 = lambda z: z >= 3  # noqa: E731
     g = 2 * c.wb + (rc.unit_grad or c.gb)  # FSDP1 reduce-scatters the bf16 flat gradient
+    # torchao's float8 all-gather gathers the layers' Float8Linear weights in fp8
+    g_dense = 2 * (rc.gathered_weights or c.wb) + (rc.unit_grad or c.gb)
 
     def gathered(lay: LayoutOrRows, on: bool) -> np.ndarray | float:
         if not on:
             return 0.0
-        held = _bytes(c, lay, "dense", g)  # g·x is x·g; x + 0.0 is x (x >= 0)
+        held = _bytes(c, lay, "dense", g_dense)  # g·x is x·g; x + 0.0 is x (x >= 0)
         return held + _bytes(c, lay, stage, rc.extra_weights or c.wb) if rc.root_gather else held
 
     terms.append(Term("weights", gathered, sel="z", key=z3))
@@ -392,21 +353,26 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     mb = BatchFactor.of(1, 0)
     terms.append(Term("activations", at_loss, sel="r", key=_is_full, db=mb))
     if not (c.overlaps.cp_ring if c.overlaps else profile_of(c.framework).timing.cp_ring):
-        terms.append(Term("activations", lambda lay, _: per_rows(_kv_gathered, c, lay), db=mb))
+        terms.append(Term("activations", lambda lay, _: per_rows(kv_gathered, c, lay), db=mb))
+    if rc.tp_gather_buffers:
+        terms.append(Term("activations", lambda lay, _: per_rows(gather_buffers, c, lay), db=mb))
     if rc.pipeline_buffers:
         # One receive buffer per micro-batch and chunk (gradients on the first stage, inputs on
         # the last): the stage boundary, split over tp by sequence parallelism and over cp.
         def boundary(lay: LayoutOrRows, _: object) -> np.ndarray:
-            return per_rows(_boundary, c, lay)
+            return per_rows(stage_boundary, c, lay)
 
         chunks = lambda pv: Fraction(pv[1])  # noqa: E731
         terms.append(Term("activations", boundary, pv=chunks, db=BatchFactor.of(1, 1)))
     pairs: list[tuple[Term, Term]] = []
+    dual = _dualpipe(c)
     if stage == "first":
 
         def q_first(pv: tuple[int, int]) -> Fraction:
             p, v = pv
             nc = n_chunk(A.L, p, v) if v > 1 else int(pv_stage(pv))
+            if dual and v > 1:
+                return Fraction(nc * (2 * p + 1))  # DualPipeV: see q_last
             return Fraction(nc * p if v == 1 else nc * (v * p + p - 1))
 
         pairs.append(
@@ -420,6 +386,13 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         def q_last(pv: tuple[int, int]) -> Fraction:
             p, v = pv
             nc = n_chunk(A.L, p, v) if v > 1 else int(pv_stage(pv))
+            if dual and v > 1:
+                # DualPipeV: every rank holds 2·pp + 1 chunks' micro-batches at its peak, one
+                # more than 1F1B's pp stages' worth: (2pp − 1) warm-up forwards of its first
+                # chunk, one of its second, and the forward of each overlapped forward-backward
+                # pair before the backward frees (DeepSeek-V3 report table 2: PP + 1;
+                # deepseek-ai/DualPipe @ 3da1bbe README.md, dualpipe/dualpipev.py step)
+                return Fraction(nc * (2 * p + 1))
             return Fraction(nc if v == 1 else nc * ((v - 1) * p + 1))
 
         terms.append(Term("activations", act, sel="r", pv=q_last, db=mb))

@@ -59,7 +59,9 @@ SOURCES: Mapping[Framework, str] = MappingProxyType(
             "src/nanotron/config/{config,parallelism_config}.py, src/nanotron/helpers.py, "
             "src/nanotron/optim/{gradient_accumulator,zero}.py, "
             "src/nanotron/parallel/tensor_parallel/functional.py, src/nanotron/models/llama.py, "
-            "src/nanotron/parallel/pipeline_parallel/engine.py"
+            "src/nanotron/parallel/pipeline_parallel/engine.py, src/nanotron/parallel/utils.py; "
+            "@ e24d2483a4e508e1298ed91b5f5abffa473dc647 (the scaling sweep's version): "
+            "src/nanotron/trainer.py (make_ddp)"
         ),
         Framework.KEMPNERFORGE: (
             "KempnerInstitute/KempnerForge @ 5666d0d161539998210f99f16f986b1ab76cbffe: "
@@ -99,6 +101,10 @@ class Recipe:
     kv_repeated: bool = False
     master: int = 4  # bytes of `optimizer` that are the master weights (the rest: moments)
     ddp_grads: int = 0  # with dp > 1: torch DDP's bf16 buckets beside the main gradients
+    ddp_zero_below: int = 4  # ... at ZeRO stages below this one (where the model is DDP-wrapped)
+    # tp > 1 with sequence parallelism: persistent bf16 buffers of one micro-batch's [tokens, h]
+    # the tp layers gather into and keep across layers and steps (nanotron's MemoryBuffer)
+    tp_gather_buffers: int = 0
     unit_grad: int = 0  # ZeRO-3: a gathered unit's gradient per parameter (0: `gradients`)
     loss_chunked: bool = False  # the loss never holds the whole logits (memory.py)
     fp8_activations: bool = False  # FP8 linear inputs stored in FP8 (activations.py)
@@ -107,6 +113,8 @@ class Recipe:
     cost_balanced_stages: bool = False  # pipeline stages split by layer cost (nanotron)
     # ZeRO shards over the data-parallel ranks inside a node, replicated across nodes (HSDP)
     hybrid_shard: bool = False
+    compiled: bool = False  # the blocks run under torch.compile (activations.py)
+    gathered_weights: int = 0  # ZeRO-3: bytes per layer parameter gathered (0: `weights`)
     # last stage: bytes per token per h the final norm keeps for backward (on the sequence
     # shard), beside the output layer's whole input (memory.py); 0: not counted
     final_norm: int = 0

@@ -203,11 +203,18 @@ LLM_FOUNDRY = Profile(
 # buffer for every parameter, unsharded under ZeRO-1 ("we need to accumulate gradients for all
 # parameters"), and an fp32 copy of the parameters it updates (sharded by ZeRO-1): 2 + 4 +
 # (4 + 8) (optim/gradient_accumulator.py, helpers.py init_optimizer_and_grad_accumulator). With
-# dp > 1 the model is wrapped in torch DDP (trainer.py), whose bf16 buckets stay allocated: 2
-# more (`ddp_grads`); the parameters' bf16 .grad are added to the fp32 buffer and freed after
+# dp > 1 and ZeRO-0 the model is wrapped in torch DDP, whose bf16 buckets stay allocated: 2 more
+# (`ddp_grads`); with ZeRO-1 and the fp32 accumulator it is not (nanotron @ e24d248, the sweep's
+# version, trainer.py: make_ddp = dp > 1 and not (accumulate_grad_in_fp32 and zero_stage > 0);
+# since 7bc9923 the wrap is made but get_fp32_accum_hook raises NotImplementedError for ZeRO's
+# reduce-scatter, so ZeRO-1 with the fp32 accumulator runs only unwrapped:
+# `ddp_zero_below`). The parameters' bf16 .grad are added to the fp32 buffer and freed after
 # each micro-batch's backward (FP32GradientAccumulator.backward), growing as its activations
 # are freed, so they are not counted. Pipeline stages are split by layer cost (models/base.py;
-# `cost_balanced_stages`). The logits are cast to fp32 (models/llama.py cast_to_fp32) and the
+# `cost_balanced_stages`). With tp > 1 in reduce_scatter mode the column-parallel inputs are
+# gathered into, and the row-parallel output gradients gathered in backward into, two
+# persistent [tokens, h] buffers (parallel/utils.py MemoryBuffer "allgather", "allgather2";
+# parallel/tensor_parallel/functional.py: `tp_gather_buffers`). The logits are cast to fp32 (models/llama.py cast_to_fp32) and the
 # sharded cross-entropy subtracts the row max into a second fp32 tensor, which it keeps as the
 # softmax (LOSS_BYTES COPY_FP32: two fp32 copies at the forward's peak). Layers are eager PyTorch with flash attention and a gated MLP (8f); its
 # reduce_scatter tp mode keeps the sequence shard of the column-parallel inputs and all-gathers
@@ -219,6 +226,8 @@ _NANOTRON = Recipe(
     logits=LOSS_BYTES[LossKernel.COPY_FP32],
     activations="nanotron",
     ddp_grads=2,
+    ddp_zero_below=1,
+    tp_gather_buffers=2,
     cost_balanced_stages=True,  # models/base.py: blocks placed by cumulative compute cost
 )
 

@@ -113,8 +113,10 @@ def _run(rec: dict[str, Any]) -> CalibrationRun:
     mem = meas.get("memory_gb")
     if mem is not None:
         used.append(
-            "peak memory read as GiB of max_memory_reserved (nanotron's trainer logs "
-            "'Peak reserved' in MiB; the figure does not say which it plots)"
+            "peak memory read as GiB of max_memory_reserved: the sweep's CSV holds 'Mem Alloc "
+            "(GB)' and 'Mem Res (GB)' (GiB) written at step 3, after log_memory reset the peaks "
+            "that followed train_batch_iter, so only the reserved figure holds the activations "
+            "(nanotron @ e24d248 trainer.py training_step, helpers.py create_table_log)"
         )
     src_title = rec["source"]
     return CalibrationRun(

@@ -93,12 +93,17 @@ def _published_source(rec: dict[str, Any]) -> str:
 COMPILED_BY_COMMAND = ("benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md",)
 
 
+def _compiled(src: str, rec: dict[str, Any]) -> bool:
+    """A torchtitan run whose blocks run under torch.compile (its record or command says so)."""
+    said = f"{rec['id']} {rec['parallel']['notes'] or ''}".lower()
+    compiled = "compile" in said or rec["source"].get("path") in COMPILED_BY_COMMAND
+    return src == "torchtitan" and compiled
+
+
 def _loss_kernel(src: str, rec: dict[str, Any]) -> LossKernel | None:
     """LossKernel.COMPILED for a torchtitan run that compiles its loss, else None (the
     profile's)."""
-    said = f"{rec['id']} {rec['parallel']['notes'] or ''}".lower()
-    compiled = "compile" in said or rec["source"].get("path") in COMPILED_BY_COMMAND
-    if src == "torchtitan" and compiled and "9dec370" not in rec["framework"]:
+    if _compiled(src, rec) and "9dec370" not in rec["framework"]:
         return LossKernel.COMPILED
     return None
 
@@ -182,6 +187,7 @@ def _run_from_published(rec: dict[str, Any]) -> CalibrationRun:
         dp_comm_overlap=not megatron,  # Megatron-LM 2021-22 all-reduced after the backward
         fused_attention=not megatron,  # before FlashAttention (Dao et al., May 2022)
         loss_kernel=_loss_kernel(src, rec),
+        compiled=_compiled(src, rec) or None,
     )
     config = ParallelConfig(
         tp=tp,

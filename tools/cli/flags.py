@@ -69,8 +69,22 @@ RECIPE_FLAGS = {
         "shard ZeRO state inside a node and replicate it across nodes (FSDP1 HYBRID_SHARD, "
         "FSDP2 HSDP)",
     ),
+    "compiled": (
+        ("true", "false"),
+        "the transformer blocks run under torch.compile: the backward keeps only what it reads "
+        "(TORCHTITAN, LLM_FOUNDRY, KEMPNERFORGE)",
+    ),
+    "fp8_all_gather": (
+        ("true", "false"),
+        "FSDP2 gathers the layers' Float8Linear weights in FP8 (torchao; precision FP8)",
+    ),
 }
-BOOL_RECIPE_FLAGS = ("fp8_activations", "hybrid_shard")  # "true" / "false" on the command line
+BOOL_RECIPE_FLAGS = (
+    "fp8_activations",
+    "hybrid_shard",
+    "compiled",
+    "fp8_all_gather",
+)  # "true" / "false" on the command line
 
 PIN_WORDS = {  # flag -> (what it is, unit)
     "tp": ("tensor-parallel degree", "GPUs"),
