@@ -97,3 +97,38 @@ def test_a_chosen_command_gets_the_only_subparser(capsys: pytest.CaptureFixture[
     assert cli.main(["plna", "--gpus", "8"]) == cli.EXIT_BAD_INPUT  # unknown: every choice
     err = capsys.readouterr().err
     assert "invalid choice: 'plna'" in err and "'evaluate'" in err
+
+
+_BLAS_PROBE = """
+import os, sys
+from meshplan.solver import blas
+for key in blas.ONE_THREAD_VARIABLES:
+    os.environ[key] = "1"
+if sys.argv[1] == "late":
+    import numpy
+print(blas.started_on_one_thread())
+import numpy
+from threadpoolctl import threadpool_info
+with blas.one_blas_thread():
+    print([x["num_threads"] for x in threadpool_info() if x["user_api"] == "blas"])
+"""
+
+
+@pytest.mark.parametrize(
+    ("when", "first", "threads"), [("early", "True", "[1]"), ("late", "False", "[1]")]
+)
+def test_blas_set_to_one_thread_before_numpy_loads_needs_no_limit(
+    when: str, first: str, threads: str
+) -> None:
+    """Set before numpy loads, the variables start BLAS on one thread and one_blas_thread has
+    nothing to do; set after, they do not count, and one_blas_thread limits the pool itself."""
+    env = {k: v for k, v in os.environ.items() if k not in ONE_THREAD}
+    run = subprocess.run(
+        [sys.executable, "-c", _BLAS_PROBE, when],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=True,
+    )
+    assert run.stdout.split("\n")[:2] == [first, threads], run.stdout

@@ -215,8 +215,11 @@ def start_process(argv: Sequence[str]) -> None:
         return
     # OpenBLAS starts no thread pool: a plan runs BLAS on one thread anyway (solver/blas.py),
     # and the pool's threads, spinning while they wait for work, take a core from the start.
-    for key in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    from meshplan.solver.blas import ONE_THREAD_VARIABLES, started_on_one_thread
+
+    for key in ONE_THREAD_VARIABLES:
         os.environ.setdefault(key, "1")
+    started_on_one_thread()
     # pydantic reads every installed distribution's entry points to find its plugins when it
     # builds its first validator (pydantic/plugin/_loader.py); a command has none to feed.
     # PYDANTIC_DISABLE_PLUGINS= (empty) lets them load.
