@@ -14,8 +14,9 @@ def run() -> None:
     first imports too, and without the interpreter's finalisation, which an extension's import
     cut short by Ctrl-C can turn into death by SIGINT."""
     try:
-        from meshplan.tools.cli.main import main
+        from meshplan.tools.cli.main import main, start_process
 
+        start_process(sys.argv[1:])  # before numpy or pydantic loads
         status = main()
     except KeyboardInterrupt:
         print("meshplan: interrupted", file=sys.stderr)

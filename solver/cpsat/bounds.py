@@ -229,7 +229,7 @@ def shape_bounds(tb: Tables, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndar
     cls = tb.cls["db"][rows]
     done = []  # per class with shapes: its rows (positions in `rows`), shapes, first entry
     at = 0
-    for c in np.unique(cls).tolist():
+    for c in sorted(set(cls.tolist())):  # np.unique would load numpy.ma (numpy 2.x, ~20 ms)
         tb.check()
         ds = tb.members["db"][c]
         if len(ds):
@@ -421,7 +421,7 @@ def fine_bounds(tb: Tables, rows: list[int], cap: float = np.inf) -> dict[int, F
     got: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # row position: bounds, pipelines
     zcls = tb.cls["z"][np.array(rows, dtype=np.int64)]
     parts = []
-    for c in np.unique(zcls).tolist():  # rows of one class run the same ZeRO stages
+    for c in sorted(set(zcls.tolist())):  # rows of one class run the same ZeRO stages
         same = np.flatnonzero(zcls == c).tolist()
         zpos = tb.members["z"][c].tolist()
         if zpos:

@@ -5,6 +5,7 @@ one cost model. Tables for people, --json for machines, --emit for launchers."""
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -164,11 +165,14 @@ ALL = "*"
 
 def build_parser(chosen: str | None = ALL) -> argparse.ArgumentParser:
     """The parser; only the `chosen` command's flags are added (ALL: every command's; None:
-    none, enough for `meshplan --help`)."""
+    none, enough for `meshplan --help`). A chosen command gets the only subparser: the others
+    serve the top level's help and its "invalid choice" error, which then cannot show."""
     ap = Parser(prog="meshplan", description=__doc__, epilog=EXIT_CODES)
     ap.add_argument("--version", action=_Version)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=Parser)
     for c in COMMANDS:
+        if chosen not in (ALL, None, c.name):
+            continue  # each parser costs argparse's message look-ups (gettext) and -h
         p = sub.add_parser(
             c.name, help=c.help, description=c.help + ".", epilog=EXIT_CODES, allow_abbrev=False
         )
@@ -194,6 +198,47 @@ def _chosen(argv: Sequence[str]) -> str | None:
         if not word.startswith("-"):
             return word if word in names else None
     return None
+
+
+# The commands whose run calls imports_done() once their modules are loaded (the others: before
+# they run).
+LOAD_THEN_RUN = frozenset({"plan", "evaluate"})
+_collector_paused = False
+
+
+def start_process(argv: Sequence[str]) -> None:
+    """Settings for a command run as its own process (meshplan/__main__.py), made before numpy
+    or pydantic loads. The user's own environment wins."""
+    global _collector_paused
+    chosen = _chosen(argv)
+    if chosen == "serve":  # the server sets its workers' threads itself (server/tasks.py)
+        return
+    # OpenBLAS starts no thread pool: a plan runs BLAS on one thread anyway (solver/blas.py),
+    # and the pool's threads, spinning while they wait for work, take a core from the start.
+    from meshplan.solver.blas import ONE_THREAD_VARIABLES, started_on_one_thread
+
+    for key in ONE_THREAD_VARIABLES:
+        os.environ.setdefault(key, "1")
+    started_on_one_thread()
+    # pydantic reads every installed distribution's entry points to find its plugins when it
+    # builds its first validator (pydantic/plugin/_loader.py); a command has none to feed.
+    # PYDANTIC_DISABLE_PLUGINS= (empty) lets them load.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    if chosen in LOAD_THEN_RUN:
+        # Loading the solver makes ~10^5 objects and no garbage; the collector's passes over
+        # them were 8% of the first plan's instructions (callgrind). On again in imports_done.
+        gc.disable()
+        _collector_paused = True
+
+
+def imports_done() -> None:
+    """The command's modules are loaded: what they made is frozen out of the collector's
+    passes (gc.freeze), and the collector runs again (paused by start_process)."""
+    global _collector_paused
+    if _collector_paused:
+        _collector_paused = False
+        gc.freeze()
+        gc.enable()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -227,6 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """The command, with every error it raises turned into one line on stderr and its status."""
+    if args.cmd not in LOAD_THEN_RUN:
+        imports_done()
     try:
         return args.fn(args)
     except (BrokenPipeError, KeyboardInterrupt):

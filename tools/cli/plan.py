@@ -17,7 +17,7 @@ from meshplan.tools.cli.flags import add_request_flags
 from meshplan.tools.cli.glossary import PLAN_EPILOG
 from meshplan.tools.cli.inputs import model_label, request_from_flags
 from meshplan.tools.cli.interrupt import interruptible
-from meshplan.tools.cli.main import EXIT_INFEASIBLE, EXIT_OK
+from meshplan.tools.cli.main import EXIT_INFEASIBLE, EXIT_OK, imports_done
 
 if TYPE_CHECKING:
     from meshplan.solver.results import Evaluation, PlanResult
@@ -83,10 +83,12 @@ def _plan(a: argparse.Namespace, stop: threading.Event) -> Answer:
     if a.server:
         from meshplan.tools.cli.batch import remote_plan
 
+        imports_done()
         res = remote_plan(a.server, req)
     else:
         from meshplan.solver.planner import plan
 
+        imports_done()
         res = plan(req, stop)
     label = model_label(a.model, req.model.preset)
     out = Answer(status=EXIT_OK if res.config is not None else EXIT_INFEASIBLE)
@@ -116,10 +118,12 @@ def _evaluate(a: argparse.Namespace) -> Answer:
     if a.server:
         from meshplan.tools.cli.batch import remote_evaluate
 
+        imports_done()
         res = remote_evaluate(a.server, req)
     else:
         from meshplan.solver.planner import evaluate
 
+        imports_done()
         res = evaluate(req)
     label = model_label(a.model, req.model.preset)
     text = res.model_dump_json(indent=2) if a.json else render_evaluation(req, res, label)
