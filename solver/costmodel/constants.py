@@ -44,8 +44,14 @@ class Constants:
     # FlashAttention-3 class (Transformer Engine's cuDNN attention) ~620 TFLOP/s forward, ~470
     # backward; FlashAttention-2 (PyTorch SDPA) ~350 and ~280. The backward does 2.5x the
     # forward's work (the model counts 2x), so fwd + bwd model FLOP/s are ~430 and ~250, against
-    # a GEMM rate of ~0.62 x 989: 0.70 and 0.41.
-    attn_eff: dict[str, float] = field(default_factory=lambda: {"TE": 0.70, "TORCH": 0.41})
+    # a GEMM rate of ~0.62 x 989: 0.70 and 0.41. "A100": on Ampere every family runs
+    # FlashAttention-2-class kernels (FA2's sm80 mma kernels; Transformer Engine's flash-attn and
+    # cuDNN sm80 backends), which reach 73% of the A100's peak but 34% of the H100's (Dao 2023,
+    # FlashAttention-2, §4.1: up to 230 TFLOP/s on A100, 335 on H100 running the same kernels):
+    # 0.41 x 0.62 x (0.73 / 0.34) / 0.80 (A100 eta) = 0.69.
+    attn_eff: dict[str, float] = field(
+        default_factory=lambda: {"TE": 0.70, "TORCH": 0.41, "A100": 0.69}
+    )
     mem_exposed: float = 0.5  # share of GEMM operand and logit memory traffic not hidden
     eps_tp: float = 0.2  # exposed share of tp traffic when overlapped with the GEMMs
     eps_cp: float = 0.2  # exposed share of the ring K/V exchange when overlapped
@@ -81,7 +87,11 @@ class Constants:
     def kernels(self, family: str) -> float:
         return self.kernel_eff.get(family, 1.0)
 
-    def attention(self, family: str) -> float:
+    def attention(self, family: str, gpu_family: str = "") -> float:
+        """Attention rate / GEMM rate of a kernel family's attention on a GPU family (a GPU
+        family's own entry, A100, holds for every kernel family)."""
+        if gpu_family in self.attn_eff:
+            return self.attn_eff[gpu_family]
         return self.attn_eff.get(family, min(self.attn_eff.values()))
 
 

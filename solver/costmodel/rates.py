@@ -97,7 +97,7 @@ class Rates:
         self.rate_expert = self.rate_gemm * (GEMM_REF_H + K.gemm_h0) / GEMM_REF_H
         if A.is_moe and A.fe < A.h:
             self.rate_expert *= A.fe * (A.h + K.gemm_h0) / (A.h * (A.fe + K.gemm_h0))
-        self.rate_attn = H.peak_bf16 * eta * K.attention(family)  # BF16 flash attention
+        self.rate_attn = H.peak_bf16 * eta * K.attention(family, H.family)  # BF16 flash attn
         self.moe = A.n_moe_layers / A.L
         self.dense = A.n_dense_layers / A.L
         g = 3 if A.gated else 2
