@@ -67,6 +67,12 @@ class Ctx:
         return self.recipe.gradients
 
     @property
+    def rb(self) -> int:
+        """Bytes per gradient element the dp collectives move (the profile's reduce dtype, else
+        the recipe's gradients)."""
+        return self.profile.timing.grad_reduce_bytes or self.recipe.gradients
+
+    @property
     def ob(self) -> int:
         return self.recipe.optimizer
 

@@ -1,12 +1,14 @@
-"""The attention kernel's rate by GPU generation: FlashAttention-2-class kernels on Ampere for
-every framework (Dao 2023 §4.1: 73% of the A100's peak, 34% of the H100's), while on Hopper
-Transformer Engine's attention and PyTorch's SDPA flash backend differ."""
+"""Mechanisms read from the frameworks' code: the attention kernel's rate by GPU generation
+(FlashAttention-2-class kernels on Ampere for every framework, Dao 2023 §4.1: 73% of the A100's
+peak, 34% of the H100's, while on Hopper Transformer Engine's attention and PyTorch's SDPA flash
+backend differ); Composer's FSDP1 reducing gradients in bf16 (mixed_precision PURE)."""
 
 from __future__ import annotations
 
 from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel import CostModel
 from meshplan.solver.costmodel.constants import Constants
+from meshplan.solver.costmodel.dp_timing import _dp_volume
 from meshplan.solver.hardware import resolve_cluster
 from meshplan.solver.schema import ClusterSpec, Framework, ModelSpec, SearchSpec, TrainingSpec
 
@@ -28,3 +30,19 @@ def test_every_framework_runs_ampere_attention_at_the_a100_rate() -> None:
     p = Constants()
     assert p.attention("TORCH", "A100") == p.attention("TE", "A100")
     assert p.attention("TORCH", "A100") > 1.5 * p.attention("TORCH", "H100")
+
+
+def test_composer_pure_reduces_gradients_in_bf16_and_torchtitan_in_fp32() -> None:
+    A = resolve_model(ModelSpec(preset="llama3-8b"))
+    H = resolve_cluster(ClusterSpec(gpu="a100-sxm-80gb", num_gpus=16))
+
+    def ctx(fw: Framework):  # noqa: ANN202
+        return CostModel(A, H, TrainingSpec(seq_len=2048, framework=fw), SearchSpec()).ctx
+
+    foundry, titan = ctx(Framework.LLM_FOUNDRY), ctx(Framework.TORCHTITAN)
+    # both keep fp32 gradient shards (the memory side) ...
+    assert foundry.gb == titan.gb == 4
+    # ... but FULL_SHARD moves bf16 gathers and a bf16 reduce-scatter per micro-batch in
+    # llm-foundry, an fp32 reduce-scatter in torchtitan
+    assert _dp_volume(foundry, 3) == (0.0, 2 * 2 + 2)
+    assert _dp_volume(titan, 3) == (0.0, 2 * 2 + 4)
