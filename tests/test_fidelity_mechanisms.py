@@ -32,17 +32,29 @@ def test_every_framework_runs_ampere_attention_at_the_a100_rate() -> None:
     assert p.attention("TORCH", "A100") > 1.5 * p.attention("TORCH", "H100")
 
 
-def test_composer_pure_reduces_gradients_in_bf16_and_torchtitan_in_fp32() -> None:
+def test_composer_pure_reduces_gradients_in_bf16_over_fp32_shards() -> None:
     A = resolve_model(ModelSpec(preset="llama3-8b"))
     H = resolve_cluster(ClusterSpec(gpu="a100-sxm-80gb", num_gpus=16))
 
-    def ctx(fw: Framework):  # noqa: ANN202
-        return CostModel(A, H, TrainingSpec(seq_len=2048, framework=fw), SearchSpec()).ctx
+    def ctx(fw: Framework, bf16: bool):  # noqa: ANN202
+        t = TrainingSpec(seq_len=2048, framework=fw, grad_reduce_in_bf16=bf16)
+        return CostModel(A, H, t, SearchSpec()).ctx
 
-    foundry, titan = ctx(Framework.LLM_FOUNDRY), ctx(Framework.TORCHTITAN)
+    pure, default = ctx(Framework.LLM_FOUNDRY, True), ctx(Framework.LLM_FOUNDRY, False)
     # both keep fp32 gradient shards (the memory side) ...
-    assert foundry.gb == titan.gb == 4
-    # ... but FULL_SHARD moves bf16 gathers and a bf16 reduce-scatter per micro-batch in
-    # llm-foundry, an fp32 reduce-scatter in torchtitan
-    assert _dp_volume(foundry, 3) == (0.0, 2 * 2 + 2)
-    assert _dp_volume(titan, 3) == (0.0, 2 * 2 + 4)
+    assert pure.gb == default.gb == 4
+    # ... but FULL_SHARD's reduce-scatter per micro-batch moves bf16 under PURE
+    assert _dp_volume(pure, 3) == (0.0, 2 * 2 + 2)
+    assert _dp_volume(default, 3) == (0.0, 2 * 2 + 4)
+    # Megatron's --grad-reduce-in-bf16 keeps and reduces bf16 gradients: the same 2 bytes
+    meg = ctx(Framework.MEGATRON, True)
+    assert meg.gb == meg.rb == 2
+
+
+def test_the_calibration_reads_pure_from_each_llm_foundry_table() -> None:
+    from meshplan.tools.calibration.fsdp import load_fsdp
+
+    runs = [r for r in load_fsdp() if r.source == "llmfoundry"]
+    pure = {r.cluster.gpu for r in runs if r.training.grad_reduce_in_bf16}
+    default = {r.cluster.gpu for r in runs if not r.training.grad_reduce_in_bf16}
+    assert "a100-sxm-40gb" in pure and "a100-sxm-80gb" in default

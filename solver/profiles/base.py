@@ -134,8 +134,6 @@ class FrameworkTiming:
     dp_per_chunk: bool = False  # with virtual stages, each model chunk's dp traffic (ZeRO 0/1)
     # starts at its own last backward (and gathers before its first forward), behind the other
     # chunks' compute, instead of all of it at the step's end
-    grad_reduce_bytes: int = 0  # bytes per gradient element the dp collectives move (0: the
-    # recipe's gradients': a framework may reduce in a narrower dtype than it keeps them)
 
 
 @dataclass(frozen=True, kw_only=True)

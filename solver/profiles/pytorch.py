@@ -188,11 +188,8 @@ LLM_FOUNDRY = Profile(
         source=(
             "mosaicml/llm-foundry @ 8c8dd48: FSDP1 with limit_all_gathers and Composer's "
             "backward prefetch (BACKWARD_PRE) hides the gathers and reduce-scatters behind the "
-            "layers (the torchtitan FSDP timing constants); mixed_precision PURE reduces the "
-            "gradients in bf16 (mosaicml/composer @ 1b7ba47 composer/distributed/"
-            "mosaic_parallelism.py get_mixed_precision: reduce_dtype = the precision's)"
+            "layers (the torchtitan FSDP timing constants)"
         ),
-        grad_reduce_bytes=2,
     ),
     # llm-foundry trains data-parallel only: its experimental tp_config has no pipeline and
     # MPT's benchmarks run FSDP alone (scripts/train/benchmarking/README.md)
