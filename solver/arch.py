@@ -3,15 +3,20 @@
 Parameter counts follow the Megatron/Llama layer layout; FLOPs per token follow PaLM appendix B
 (6N + 12·L·a·d_head·s, no causal halving), counting the output layer but not the input
 embedding, as torchtitan does. The head width d_head is the model's own when given (Qwen3,
-GPT-OSS: a·d_head != h), else h/a.
+GPT-OSS: a·d_head != h), else h/a. Multi-head latent attention (DeepSeek-V2/V3) counts its own
+projections and key/value widths (solver/costmodel/mla.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from meshplan.solver.schema import LatentAttentionSpec, ModelSpec
+
+if TYPE_CHECKING:  # costmodel imports this module: the class is imported where it is built
+    from meshplan.solver.costmodel.mla import Latent
 
 _FIELDS = (
     "num_layers",
@@ -26,7 +31,7 @@ _FIELDS = (
 @dataclass(frozen=True)
 class Attention:
     """What a framework needs besides the shape to build the attention: exports carry it, the
-    cost model reads none of it (MLA is timed as multi-head attention: models.json says how)."""
+    cost model reads none of it (it reads MLA's ranks from `Arch.mla`)."""
 
     rope_theta: float | None = None  # RoPE base; None: the framework's default (or learned)
     learned_positions: bool = False  # learned absolute position embeddings (GPT-2, GPT-3)
@@ -53,11 +58,9 @@ class Arch:
     shared: int = 0  # shared experts
     n_dense: int = 0  # leading dense layers of an MoE model
     hd: int = 0  # attention head width (0: h / a)
+    mla: Latent | None = None  # multi-head latent attention's ranks (costmodel/mla.py)
     # the attention details an export needs (None: unknown); not part of the cost model's key
     attention: Attention | None = field(default=None, compare=False)
-    # multi-head latent attention's ranks (None: none), which the memory bill reads
-    # (costmodel/activations.py): part of the key
-    mla: LatentAttentionSpec | None = None
 
     @cached_property
     def is_moe(self) -> bool:
@@ -73,6 +76,16 @@ class Arch:
         return self.a * self.head_dim
 
     @cached_property
+    def qk_dim(self) -> int:
+        """Per-head query/key width of the attention core (MLA: non-rotary + rotary parts)."""
+        return self.mla.qk if self.mla else self.head_dim
+
+    @cached_property
+    def v_dim(self) -> int:
+        """Per-head value width of the attention core."""
+        return self.mla.v if self.mla else self.head_dim
+
+    @cached_property
     def n_moe_layers(self) -> int:
         return self.L - self.n_dense if self.is_moe else 0
 
@@ -86,12 +99,24 @@ class Arch:
 
     @cached_property
     def attn_params(self) -> int:
-        """q and o (h x a·d_head each), k and v (h x kv·d_head each)."""
+        """q and o (h x a·d_head each), k and v (h x kv·d_head each); MLA's projections."""
+        if self.mla:
+            return self.mla.matmul_params(self.h, self.a)
         return 2 * self.h * self.attn_width + 2 * self.h * self.kv * self.head_dim
 
     @cached_property
+    def attn_down_params(self) -> int:
+        """The attention weights tensor parallelism does not split (MLA's down projections)."""
+        return self.mla.down_params(self.h) if self.mla else 0
+
+    @cached_property
+    def norm_params(self) -> int:
+        """Norm weights of one layer: the two h-wide norms and MLA's latent norms."""
+        return 2 * self.h + (self.mla.norm_params if self.mla else 0)
+
+    @cached_property
     def dense_layer_params(self) -> int:
-        return self.attn_params + self.mlp_params(self.f) + 2 * self.h
+        return self.attn_params + self.mlp_params(self.f) + self.norm_params
 
     @cached_property
     def moe_layer_dense_params(self) -> int:
@@ -99,7 +124,10 @@ class Arch:
         if not self.is_moe:
             return 0
         return (
-            self.attn_params + self.shared * self.mlp_params(self.fe) + self.h * self.E + 2 * self.h
+            self.attn_params
+            + self.shared * self.mlp_params(self.fe)
+            + self.h * self.E
+            + self.norm_params
         )
 
     @cached_property
@@ -138,9 +166,10 @@ class Arch:
 
     # --- FLOPs (forward + backward = 3 x forward = 6 per MAC-param) ----------------------
     def layer_flops_per_token(self, s: int) -> float:
-        """Mean model FLOPs per token per layer, incl. attention scores 12·h·s (PaLM app. B)."""
+        """Mean model FLOPs per token per layer, incl. attention scores 12·h·s (PaLM app. B;
+        MLA: 6·a·s·(d_qk + d_v), its key and value widths)."""
         dense = 6 * (self.attn_params + self.mlp_params(self.f))
-        attn = 12 * self.a * self.head_dim * s
+        attn = 3 * self.attention_core_fwd_flops_per_token(s)
         if not self.is_moe:
             return dense + attn
         moe = 6 * (
@@ -160,7 +189,9 @@ class Arch:
 
     def attention_core_fwd_flops_per_token(self, s: int) -> float:
         """QK^T and AV in the forward pass: what selective recomputation replays (Korthikanti)."""
-        return 4.0 * self.a * self.head_dim * s
+        if self.mla:
+            return self.mla.core_fwd_flops(self.a, s)
+        return 2.0 * self.a * (self.qk_dim + self.v_dim) * s
 
 
 def resolve_model(spec: ModelSpec) -> Arch:
@@ -205,6 +236,7 @@ def resolve_model(spec: ModelSpec) -> Arch:
             f"model.moe.num_dense_layers ({moe.num_dense_layers}) must be below num_layers "
             f"({base['num_layers']})"
         )
+    att = _attention(spec, preset)
     return Arch(
         name=name,
         L=base["num_layers"],
@@ -221,8 +253,19 @@ def resolve_model(spec: ModelSpec) -> Arch:
         shared=moe.num_shared_experts if moe else 0,
         n_dense=moe.num_dense_layers if moe else 0,
         hd=hd if hd and hd * a != h else 0,
-        attention=(att := _attention(spec, preset)),
-        mla=att.mla if att is not None else None,
+        mla=_latent(att.mla if att else None),
+        attention=att,
+    )
+
+
+def _latent(m: LatentAttentionSpec | None) -> Latent | None:
+    """The cost model's view of the latent attention ranks (None: standard attention)."""
+    if m is None:
+        return None
+    from meshplan.solver.costmodel.mla import Latent
+
+    return Latent(
+        m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
     )
 
 

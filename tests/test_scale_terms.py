@@ -64,7 +64,9 @@ def _dp(cm: CostModel, p: Point) -> float:
 
 
 def test_the_last_bucket_stays_exposed_where_the_rest_hides() -> None:
-    cm = model(64, replace(load_constants(), jitter=0.0, overlap_tax=0.0))
+    # omega at its prior: the fitted value moves with each refit, and this layout sits near the
+    # point where the overlap stops hiding the rest
+    cm = model(64, replace(load_constants(), jitter=0.0, overlap_tax=0.0, omega=0.8))
     p = point(64)
     comm, credit = cm.dp[1]
     assert comm.float_value(p) < credit.float_value(p)  # the overlap hides the rest

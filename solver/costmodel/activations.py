@@ -146,11 +146,9 @@ def _attention(A: Arch) -> tuple[float, float, float, float]:
     if mla is None:
         aw, kvw = A.attn_width, A.kv * A.head_dim
         return 4.0 * aw + 4.0 * kvw, 4.0 * aw + 2.0 * kvw, float(aw), 0.0
-    qk = A.a * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
-    vw = A.a * mla.v_head_dim
-    latent = ACT_BYTES * (
-        2 * mla.q_lora_rank + (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank
-    )
+    qk = A.a * mla.qk
+    vw = A.a * mla.v
+    latent = ACT_BYTES * (2 * mla.q_rank + (mla.kv_rank + mla.rope) + mla.kv_rank)
     return 4.0 * qk + 4.0 * vw, 2.0 * qk + 4.0 * vw, float(vw), float(latent)
 
 

@@ -44,8 +44,15 @@ class Constants:
     # FlashAttention-3 class (Transformer Engine's cuDNN attention) ~620 TFLOP/s forward, ~470
     # backward; FlashAttention-2 (PyTorch SDPA) ~350 and ~280. The backward does 2.5x the
     # forward's work (the model counts 2x), so fwd + bwd model FLOP/s are ~430 and ~250, against
-    # a GEMM rate of ~0.62 x 989: 0.70 and 0.41.
-    attn_eff: dict[str, float] = field(default_factory=lambda: {"TE": 0.70, "TORCH": 0.41})
+    # a GEMM rate of ~0.62 x 989: 0.70 and 0.41. "A100": attention on an A100, whatever the
+    # framework, as the A100 runs of the calibration data ran it: FlashAttention v1 (llm-foundry's
+    # A100 tables are unchanged since 29 Jun 2023, before FlashAttention-2's release; the
+    # Megatron A100 papers ran unfused attention), which reaches 25-40% of the A100's peak
+    # (Dao 2023, FlashAttention-2, §1): 0.325 x 3/3.5 (model FLOPs of fwd + bwd) / 0.80 (A100
+    # eta) = 0.35. FlashAttention-2's sm80 kernels reach 73% (§4.1), about twice that.
+    attn_eff: dict[str, float] = field(
+        default_factory=lambda: {"TE": 0.70, "TORCH": 0.41, "A100": 0.35}
+    )
     mem_exposed: float = 0.5  # share of GEMM operand and logit memory traffic not hidden
     eps_tp: float = 0.2  # exposed share of tp traffic when overlapped with the GEMMs
     eps_cp: float = 0.2  # exposed share of the ring K/V exchange when overlapped
@@ -81,7 +88,11 @@ class Constants:
     def kernels(self, family: str) -> float:
         return self.kernel_eff.get(family, 1.0)
 
-    def attention(self, family: str) -> float:
+    def attention(self, family: str, gpu_family: str = "") -> float:
+        """Attention rate / GEMM rate of a kernel family's attention on a GPU family (a GPU
+        family's own entry, A100, holds for every kernel family)."""
+        if gpu_family in self.attn_eff:
+            return self.attn_eff[gpu_family]
         return self.attn_eff.get(family, min(self.attn_eff.values()))
 
 

@@ -53,6 +53,7 @@ class Ctx:
     framework: Framework = Framework.GENERIC  # the profile: rules, recipe, overlaps, kernels
     fused_attention: bool = True  # no stored s x s attention scores (FlashAttention)
     overlaps: Overlaps | None = None  # the profile's overlaps with the request's switches
+    grad_reduce_bf16: bool = False  # training.grad_reduce_in_bf16: gradients reduced in bf16
 
     @property
     def profile(self) -> Profile:
@@ -65,6 +66,15 @@ class Ctx:
     @property
     def gb(self) -> int:
         return self.recipe.gradients
+
+    @property
+    def rb(self) -> int:
+        """Bytes per gradient element the dp collectives move: 2 where the request reduces in
+        bf16 (Megatron's --grad-reduce-in-bf16, whose recipe keeps bf16 gradients too; FSDP's
+        reduce_dtype bf16, e.g. Composer's mixed_precision PURE: mosaicml/composer @ 1b7ba47
+        composer/distributed/mosaic_parallelism.py get_mixed_precision, over fp32 shards), else
+        the recipe's gradients."""
+        return 2 if self.grad_reduce_bf16 else self.recipe.gradients
 
     @property
     def ob(self) -> int:

@@ -97,10 +97,10 @@ def _dp_volume(c: Ctx, z: int) -> tuple[float, float]:
     if z == 3 and c.recipe.reduce_bytes:
         return float(c.recipe.reduce_bytes), float(2 * c.wb)
     return {
-        0: (2.0 * c.gb, 0.0),
-        1: (float(c.gb + c.wb), 0.0),
-        2: (float(c.wb), float(c.gb)),
-        3: (0.0, float(2 * c.wb + c.gb)),
+        0: (2.0 * c.rb, 0.0),
+        1: (float(c.rb + c.wb), 0.0),
+        2: (float(c.wb), float(c.rb)),
+        3: (0.0, float(2 * c.wb + c.rb)),
     }[z]
 
 
@@ -210,7 +210,7 @@ def _tail(c: Ctx, lay: LayoutOrRows, R: Rates, z: int) -> np.ndarray:
     else:
         stage = per_layer * c.A.L / lay.pp + dp_params(c, lay)[2]
         elems = minimum(column(_buckets_of, lay), stage)
-    nb = 2.0 * c.gb if z == 0 else float(c.gb + c.wb)  # an all-reduce, or RS + AG
+    nb = 2.0 * c.rb if z == 0 else float(c.rb + c.wb)  # an all-reduce, or RS + AG
     return elems * per_rows(_coef, c, lay, R, nb, False) + per_rows(_coll, R, lay, z == 0) * (
         per_rows(_per_mb, c, lay)
     )
@@ -306,7 +306,7 @@ def dp_terms(
         if z == 3 and c.recipe.reduce_bytes:  # unsharded accumulation: reduced once a step
             rb, rdb = float(c.recipe.reduce_bytes), x.inv_bm
         else:
-            rb, rdb = float(c.gb), x.inv_bm if z == 1 else x.inv_b
+            rb, rdb = float(c.rb), x.inv_bm if z == 1 else x.inv_b
         for i, pv in ((0, x.stage), (2, None)):
             comm.append(
                 Term(

@@ -77,6 +77,7 @@ def context(
         framework=training.framework,
         overlaps=overlaps_for(training),
         fused_attention=training.fused_attention,
+        grad_reduce_bf16=training.grad_reduce_in_bf16,
     )
 
 

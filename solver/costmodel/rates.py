@@ -97,17 +97,19 @@ class Rates:
         self.rate_expert = self.rate_gemm * (GEMM_REF_H + K.gemm_h0) / GEMM_REF_H
         if A.is_moe and A.fe < A.h:
             self.rate_expert *= A.fe * (A.h + K.gemm_h0) / (A.h * (A.fe + K.gemm_h0))
-        self.rate_attn = H.peak_bf16 * eta * K.attention(family)  # BF16 flash attention
+        self.rate_attn = H.peak_bf16 * eta * K.attention(family, H.family)  # BF16 flash attn
         self.moe = A.n_moe_layers / A.L
         self.dense = A.n_dense_layers / A.L
         g = 3 if A.gated else 2
         # FLOPs per token per layer (all GPUs of the layer), mean over layer types.
         self.F_proj = 6.0 * A.attn_params
+        # MLA's down projections: not split by tp (costmodel/mla.py); with sp over s/tp tokens
+        self.F_down = 6.0 * A.attn_down_params
         self.F_mlp = self.dense * 6.0 * A.mlp_params(A.f)
         if A.is_moe:
             self.F_mlp += self.moe * 6.0 * (A.shared * A.mlp_params(A.fe) + A.h * A.E)
         self.F_expert = self.moe * 6.0 * A.top_k * A.mlp_params(A.fe) if A.is_moe else 0.0
-        self.F_attn = 12.0 * A.a * A.head_dim * c.s  # QK^T and AV, forward + backward
+        self.F_attn = 3.0 * A.attention_core_fwd_flops_per_token(c.s)  # QK^T, AV: fwd + bwd
         self.F_layer = A.layer_flops_per_token(c.s)  # = F_proj + F_mlp + F_expert + F_attn
         self.F_core = A.attention_core_fwd_flops_per_token(c.s)
         self.F_head = A.head_flops_per_token
@@ -116,6 +118,9 @@ class Rates:
         qkv = (A.a + 2 * A.kv) * A.head_dim
         self.dims_full = 4.0 * A.h * (self.dense + self.moe * (1 if A.shared else 0.5))
         self.dims_split = (qkv + A.a * A.head_dim) + self.dense * g * A.f
+        if A.mla:  # q, kv up and o are split; the latents' widths are not
+            self.dims_full += A.mla.down_dims
+            self.dims_split += A.mla.split_dims(A.a) - (qkv + A.a * A.head_dim)
         if A.is_moe:
             self.dims_split += self.moe * A.shared * g * A.fe
         self.params_dense = self.F_proj / 6 + self.F_mlp / 6  # per layer, before tp
@@ -156,6 +161,9 @@ class Rates:
     @rowwise
     def gemm(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Dense GEMMs (attention projections, dense or shared MLP, router) at the GEMM rate."""
+        if self.F_down:  # MLA's down projections: duplicated over tp, split by sp's tokens
+            split = (self.F_proj - self.F_down + self.F_mlp) / lay.tp
+            return (split + self.F_down / pick(lay.sp, lay.tp, 1)) / self.rate_gemm
         return (self.F_proj + self.F_mlp) / (lay.tp * self.rate_gemm)
 
     @rowwise
@@ -274,7 +282,7 @@ class Rates:
         recipe's kv_repeated: torchtitan @ 9dec370 models/llama/model.py repeat_kv)."""
         A = self.c.A
         heads = A.a if self.c.recipe.kv_repeated else A.kv
-        vol = 3 * 2 * heads * A.head_dim * ACT_BYTES / lay.tp
+        vol = 3 * heads * (A.qk_dim + A.v_dim) * ACT_BYTES / lay.tp  # MLA: K is nope + rope wide
         return vol / self.group_bw(lay.cp, lay.tp)
 
     @rowwise

@@ -57,6 +57,7 @@ PARAMS = (
     Param("kernel_eff:TORCH", 0.50, 1.20, 0.5),
     Param("attn_eff:TE", 0.20, 1.00, 0.5),
     Param("attn_eff:TORCH", 0.10, 1.00, 0.5),
+    Param("attn_eff:A100", 0.10, 1.00, 0.5),  # the A100 runs' attention (FlashAttention v1)
     Param("fp8_eff", 0.50, 1.00, 0.5),
     Param("gemm_h0", 0.0, 4096.0, 0.5),
     Param("mem_exposed", 0.0, 1.0),

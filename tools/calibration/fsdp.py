@@ -83,12 +83,18 @@ def _run(rec: dict[str, Any]) -> CalibrationRun:
         zero = 0
     notes = par.get("notes") or ""
     if "mixed_precision DEFAULT" in notes:
-        used.append("FSDP mixed_precision DEFAULT (fp32 gathered parameters) scored as PURE")
+        used.append(
+            "FSDP mixed_precision DEFAULT (fp32 gathered parameters, bf16 reduction) scored "
+            "with bf16 gathers and an fp32 reduction"
+        )
     training = TrainingSpec(
         seq_len=seq,
         global_batch_tokens=dp * b * M * seq,
         precision=Precision.BF16,
         framework=FRAMEWORKS[src],
+        # Composer's mixed_precision PURE reduces gradients in bf16 (composer @ 1b7ba47
+        # composer/distributed/mosaic_parallelism.py get_mixed_precision)
+        grad_reduce_in_bf16="mixed_precision PURE" in notes,
     )
     config = ParallelConfig(
         tp=tp,

@@ -137,8 +137,10 @@ DEFAULTS = {
     "llmfoundry": [
         "MPT shapes of scripts/train/yamls/pretrain/mpt-*.yaml: GELU MLP (expansion 4), tied "
         "embeddings, MHA, flash attention; the learned positional embedding is not counted",
-        "FSDP FULL_SHARD as ZeRO 3 over every GPU, mixed_precision PURE (the few DEFAULT rows "
-        "scored as PURE), activation checkpointing as printed (FULL or NONE)",
+        "FSDP FULL_SHARD as ZeRO 3 over every GPU; mixed_precision as printed: PURE (the A100 "
+        "40GB table) reduces gradients in bf16, DEFAULT (the A100 80GB table: fp32 gathers, "
+        "bf16 reduction at the time) scored with bf16 gathers and an fp32 reduction; "
+        "activation checkpointing as printed (FULL or NONE)",
         "micro-batches that do not divide the per-GPU batch scored as whole micro-batches",
     ],
     "nanotron": [

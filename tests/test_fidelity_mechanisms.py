@@ -1,0 +1,59 @@
+"""Mechanisms read from the frameworks' code: the attention kernel's rate by GPU generation (on
+an A100 one rate for every framework, the FlashAttention generation its runs used, while on
+Hopper Transformer Engine's attention and PyTorch's SDPA flash backend differ); Composer's FSDP1
+reducing gradients in bf16 (mixed_precision PURE)."""
+
+from __future__ import annotations
+
+from meshplan.solver.arch import resolve_model
+from meshplan.solver.costmodel import CostModel
+from meshplan.solver.costmodel.constants import Constants
+from meshplan.solver.costmodel.dp_timing import _dp_volume
+from meshplan.solver.hardware import resolve_cluster
+from meshplan.solver.schema import ClusterSpec, Framework, ModelSpec, SearchSpec, TrainingSpec
+
+
+def _rate(gpu: str, framework: Framework, k: Constants) -> float:
+    A = resolve_model(ModelSpec(preset="llama3-8b"))
+    H = resolve_cluster(ClusterSpec(gpu=gpu, num_gpus=8))
+    R = CostModel(A, H, TrainingSpec(seq_len=4096, framework=framework), SearchSpec(), k).rates
+    return R.rate_attn / (H.peak_bf16 * k.gpu_eta(H.name, H.family))
+
+
+def test_every_framework_runs_ampere_attention_at_the_a100_rate() -> None:
+    k = Constants(attn_eff={"TE": 0.7, "TORCH": 0.4, "A100": 0.65})
+    for fw in (Framework.MEGATRON, Framework.TORCHTITAN, Framework.LLM_FOUNDRY):
+        assert _rate("a100-sxm-80gb", fw, k) == 0.65
+    assert _rate("h100-sxm-80gb", Framework.MEGATRON, k) == 0.7
+    assert _rate("h100-sxm-80gb", Framework.TORCHTITAN, k) == 0.4
+    # the prior: one A100 value for every family, not Hopper's fused attention (TE)
+    p = Constants()
+    assert p.attention("TORCH", "A100") == p.attention("TE", "A100") < p.attention("TE", "H100")
+
+
+def test_composer_pure_reduces_gradients_in_bf16_over_fp32_shards() -> None:
+    A = resolve_model(ModelSpec(preset="llama3-8b"))
+    H = resolve_cluster(ClusterSpec(gpu="a100-sxm-80gb", num_gpus=16))
+
+    def ctx(fw: Framework, bf16: bool):  # noqa: ANN202
+        t = TrainingSpec(seq_len=2048, framework=fw, grad_reduce_in_bf16=bf16)
+        return CostModel(A, H, t, SearchSpec()).ctx
+
+    pure, default = ctx(Framework.LLM_FOUNDRY, True), ctx(Framework.LLM_FOUNDRY, False)
+    # both keep fp32 gradient shards (the memory side) ...
+    assert pure.gb == default.gb == 4
+    # ... but FULL_SHARD's reduce-scatter per micro-batch moves bf16 under PURE
+    assert _dp_volume(pure, 3) == (0.0, 2 * 2 + 2)
+    assert _dp_volume(default, 3) == (0.0, 2 * 2 + 4)
+    # Megatron's --grad-reduce-in-bf16 keeps and reduces bf16 gradients: the same 2 bytes
+    meg = ctx(Framework.MEGATRON, True)
+    assert meg.gb == meg.rb == 2
+
+
+def test_the_calibration_reads_pure_from_each_llm_foundry_table() -> None:
+    from meshplan.tools.calibration.fsdp import load_fsdp
+
+    runs = [r for r in load_fsdp() if r.source == "llmfoundry"]
+    pure = {r.cluster.gpu for r in runs if r.training.grad_reduce_in_bf16}
+    default = {r.cluster.gpu for r in runs if not r.training.grad_reduce_in_bf16}
+    assert "a100-sxm-40gb" in pure and "a100-sxm-80gb" in default
