@@ -164,8 +164,8 @@ class MoESpec(_Strict):
 
 class LatentAttentionSpec(_Strict):
     """DeepSeek-V2/V3's multi-head latent attention (DeepSeek-AI 2024, arXiv:2405.04434 §2.1):
-    the ranks and head widths its config.json gives. Exports carry it; the cost model times the
-    attention as multi-head attention of the model's heads and width."""
+    the ranks and head widths its config.json gives. Exports carry it; the cost model counts and
+    times the attention as MLA (solver/costmodel/mla.py)."""
 
     q_lora_rank: int = Field(
         description="Query compression rank (elements; 0: queries uncompressed, DeepSeek-V2-Lite).",
@@ -361,7 +361,9 @@ class TrainingSpec(_Strict):
         default=False,
         description=(
             "Keep and reduce the main gradients in bf16 (2 bytes per parameter) instead of fp32 "
-            "(Megatron-LM --grad-reduce-in-bf16; NeMo's grad_sync_dtype bf16); MEGATRON only."
+            "(Megatron-LM --grad-reduce-in-bf16; NeMo's grad_sync_dtype bf16); under FSDP "
+            "frameworks the reduction is timed in bf16 and the fp32 gradient shards stay "
+            "(Composer's mixed_precision PURE)."
         ),
     )
     loss_kernel: LossKernel | None = Field(

@@ -7,9 +7,8 @@ deepseek_v2, deepseek_v3, gpt_neox, gpt2. Field names are those of the matching
 An explicit `head_dim` (Qwen3, Qwen3-MoE, Mistral-style configs) is kept as `model.head_dim`
 when heads * head_dim != hidden. The RoPE base (`rope_theta`, transformers' default when the
 file leaves it out), learned positions (gpt2), QK-norm (qwen3, qwen3_moe) and MLA's ranks
-(deepseek_v2/v3) are kept for the exports. Approximations (the first two are logged as warnings):
-- the cost model times MLA (deepseek_v2/v3) as standard multi-head attention with kv heads =
-  heads and head_dim = hidden / heads.
+(deepseek_v2/v3; the cost model counts and times MLA from them) are kept. Approximations (the
+first is logged as a warning):
 - `ModelSpec` knows only *leading* dense layers; dense layers elsewhere (decoder_sparse_step,
   mlp_only_layers, moe_layer_freq) are counted and moved to the front: totals stay exact.
 - Biases (GPT-2, GPT-NeoX, Qwen2 qkv), the weights of learned position embeddings (GPT-2) and of
@@ -131,9 +130,7 @@ def modelspec_from_hf_dict(d: dict[str, Any], source: str = "<dict>") -> ModelSp
     if mt not in ("gpt2", "gpt_neox") and d.get("num_key_value_heads") is not None:
         kv = r.count("num_key_value_heads")
     if mt in ("deepseek_v2", "deepseek_v3"):
-        # MLA approximated as MHA (kv heads = heads, head_dim = hidden / heads); for
-        # DeepSeek-V3 that is 4h^2 = 205.5M attention weights per layer against MLA's ~187M.
-        log.warning("%s: MLA read as multi-head attention with kv heads = heads", source)
+        # kv heads = heads; the cost model reads MLA's own widths from latent_attention
         kv = heads
     head_dim = None if mt in ("deepseek_v2", "deepseek_v3") else _head_dim(r, hidden, heads, kv)
     try:
