@@ -274,6 +274,23 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
                     te=inv_group,
                 )
             )
+    if rc.backward_grads:
+        # the bf16 .grad of every stage-local parameter, alive once a micro-batch's backward has
+        # run and until the fp32 accumulator adds and frees them (nanotron @ 2411b02
+        # optim/gradient_accumulator.py FP32GradientAccumulator.backward; DDP's buckets are
+        # copies, not views: trainer.py DistributedDataParallel without gradient_as_bucket_view)
+        bg = rc.backward_grads
+        terms.append(Term("gradients", lambda lay, _: _bytes(c, lay, "dense", bg), pv=pv_stage))
+        terms.append(Term("gradients", lambda lay, _: _bytes(c, lay, stage, bg)))
+        if A.is_moe:
+            terms.append(
+                Term(
+                    "gradients",
+                    lambda lay, _: _bytes(c, lay, "expert", bg),
+                    pv=pv_stage,
+                    te=inv_group,
+                )
+            )
     if rc.ddp_grads:
         # torch DDP's gradient buckets, full size beside the main gradients, with dp·cp > 1
         ddp = rc.ddp_grads
