@@ -205,6 +205,32 @@ def _loss_or_recompute(c: Ctx, lay: LayoutOrRows, stage: str, full: bool) -> np.
     return pick(lay.tp > 1, both, maximum(held, block))
 
 
+def _rows_layers(c: Ctx, lay: LayoutOrRows, stage: str) -> np.ndarray | float:
+    """The stage's layers (`_stage_layers`) at each row's pp, without interleaving (v = 1)."""
+    f = _stage_layers(c, stage)
+    if not isinstance(lay.pp, np.ndarray):
+        return float(f((int(lay.pp), 1)))
+    pps, at = np.unique(lay.pp, return_inverse=True)
+    return np.array([float(f((int(p), 1))) for p in pps])[at]
+
+
+def _backward_excess(c: Ctx, lay: LayoutOrRows, stage: str, r: Recompute) -> np.ndarray:
+    """What the end of a micro-batch's backward holds beyond the forward side's peak (never
+    below 0): the stage's dense and extra parameters' bf16 .grad (`Recipe.backward_grads`) and,
+    under full recomputation, the first block's recomputed transient, in place of the micro-batch's
+    activations (freed as its backward ran) and of the loss's logits or the transient billed at
+    the loss. The micro-batch's terms are taken at b = 1, their least: never under the peak of
+    max(forward side, backward end), equal to it at b = 1 (over by at most (b - 1) micro-batches
+    otherwise). No interleaving: a profile with `backward_grads` has v = 1."""
+    layers = per_rows(_rows_layers, c, lay, stage)
+    bg = c.recipe.backward_grads
+    grads = _bytes(c, lay, "dense", bg) * layers + _bytes(c, lay, stage, bg)
+    full = r is Recompute.FULL
+    freed = per_rows(_act, c, lay, r) * layers + per_rows(_loss_or_recompute, c, lay, stage, full)
+    held = grads + per_rows(_full_transient, c, lay) if full else grads
+    return maximum(0.0, held - freed)
+
+
 def _fsdp_transients(c: Ctx, terms: list[Term], inv_group) -> None:  # noqa: ANN001
     """A recipe's transients of one unit: beyond the gathered copies at ZeRO-3
     (`gather_transient`), and at the one reduction of a pipelined step (`pipelined_reduce`)."""
@@ -279,10 +305,12 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         # run and until the fp32 accumulator adds and frees them (nanotron @ 2411b02
         # optim/gradient_accumulator.py FP32GradientAccumulator.backward; DDP's buckets are
         # copies, not views: trainer.py DistributedDataParallel without gradient_as_bucket_view)
-        bg = rc.backward_grads
-        terms.append(Term("gradients", lambda lay, _: _bytes(c, lay, "dense", bg), pv=pv_stage))
-        terms.append(Term("gradients", lambda lay, _: _bytes(c, lay, stage, bg)))
-        if A.is_moe:
+        def excess(lay: LayoutOrRows, r: Recompute) -> np.ndarray:
+            return per_rows(_backward_excess, c, lay, stage, r)
+
+        terms.append(Term("gradients", excess, sel="r"))
+        if A.is_moe:  # the experts' grads counted whole (no more than the larger peak)
+            bg = rc.backward_grads
             terms.append(
                 Term(
                     "gradients",
