@@ -378,3 +378,36 @@ def test_nanotron_keeps_the_backward_s_bf16_grads_beside_its_fp32_accumulator() 
             assert w.activations == wo.activations
             grew.add(diff > 0)
     assert grew == {True, False}
+
+
+def test_cpsat_optimum_equals_oracle_where_the_backward_s_grads_bind() -> None:
+    # a short sequence: the grads exceed one micro-batch's activations, the plan's bill grows
+    from meshplan.solver import PlanRequest, plan
+    from meshplan.solver.oracle import oracle
+
+    model = {
+        "num_layers": 16,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_kv_heads": 8,
+        "ffn_hidden_size": 14336,
+        "vocab_size": 128256,
+        "gated_mlp": True,
+    }
+    for gpu, n in (("h100-sxm-80gb", 2), ("a100-sxm-40gb", 4)):
+        req = PlanRequest.model_validate(
+            {
+                "model": model,
+                "cluster": {"gpu": gpu, "num_gpus": n},
+                "training": {
+                    "seq_len": 128,
+                    "global_batch_tokens": 128 * 96,
+                    "framework": "NANOTRON",
+                },
+                "options": {"explain": False, "time_limit_s": 60},
+            }
+        )
+        res, ref = plan(req), oracle(req)
+        assert ref.objective is not None
+        assert res.solver.objective == ref.objective
+        assert res.memory.gradients > res.memory.weights * 2  # fp32 (4 B) + the bf16 grads
