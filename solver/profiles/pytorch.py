@@ -210,7 +210,8 @@ LLM_FOUNDRY = Profile(
 # reduce-scatter, so ZeRO-1 with the fp32 accumulator runs only unwrapped:
 # `ddp_zero_below`). The parameters' bf16 .grad are added to the fp32 buffer and freed only
 # once a micro-batch's backward has run whole (FP32GradientAccumulator.backward), so all of the
-# stage's are alive together beside the fp32 buffer: 2 more (`backward_grads`). Pipeline stages are split by layer cost (models/base.py;
+# stage's are alive together beside the fp32 buffer, in place of that micro-batch's activations:
+# 2 more at that peak where it is the larger (`backward_grads`). Pipeline stages are split by layer cost (models/base.py;
 # `cost_balanced_stages`). With tp > 1 in reduce_scatter mode the column-parallel inputs are
 # gathered into, and the row-parallel output gradients gathered in backward into, two
 # persistent [tokens, h] buffers (parallel/utils.py MemoryBuffer "allgather", "allgather2";
