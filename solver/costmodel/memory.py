@@ -19,15 +19,16 @@ from fractions import Fraction
 import numpy as np
 
 from meshplan.solver.costmodel import activations
-from meshplan.solver.costmodel.context import Ctx, n_chunk, n_stage
+from meshplan.solver.costmodel.context import Ctx, n_chunk
 from meshplan.solver.costmodel.factors import BatchFactor
 from meshplan.solver.costmodel.memory_parts import (
-    cost_balanced_split,
     gather_buffers,
     kv_gathered,
     logits_held,
+    rows_layers,
     seq_shard,
     stage_boundary,
+    stage_layers,
 )
 from meshplan.solver.costmodel.point import (
     LayoutOrRows,
@@ -170,17 +171,6 @@ def _full_transient(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     return 2 * c.s / lay.cp * activations.block(c, lay)
 
 
-def _stage_layers(c: Ctx, stage: str) -> Callable[[tuple[int, int]], Fraction]:
-    """Layers on the stage per (pp, v): the heaviest stage's, or where the recipe balances the
-    stages by cost (`Recipe.cost_balanced_stages`), the first or last stage's own."""
-    A = c.A
-    if not c.recipe.cost_balanced_stages:
-        return lambda pv: n_stage(A.L, pv[0], pv[1])
-    layer = 4 * A.a * A.head_dim * A.h + 3 * A.f * A.h
-    end = 0 if stage == "first" else -1
-    return lambda pv: Fraction(cost_balanced_split(A.L, layer, A.V * A.h, pv[0])[end])
-
-
 def _is_full(r: Recompute) -> bool:
     return r is Recompute.FULL
 
@@ -205,15 +195,6 @@ def _loss_or_recompute(c: Ctx, lay: LayoutOrRows, stage: str, full: bool) -> np.
     return pick(lay.tp > 1, both, maximum(held, block))
 
 
-def _rows_layers(c: Ctx, lay: LayoutOrRows, stage: str) -> np.ndarray | float:
-    """The stage's layers (`_stage_layers`) at each row's pp, without interleaving (v = 1)."""
-    f = _stage_layers(c, stage)
-    if not isinstance(lay.pp, np.ndarray):
-        return float(f((int(lay.pp), 1)))
-    pps, at = np.unique(lay.pp, return_inverse=True)
-    return np.array([float(f((int(p), 1))) for p in pps])[at]
-
-
 def _backward_excess(c: Ctx, lay: LayoutOrRows, stage: str, r: Recompute) -> np.ndarray:
     """What the end of a micro-batch's backward holds beyond the forward side's peak (never
     below 0): the stage's dense and extra parameters' bf16 .grad (`Recipe.backward_grads`) and,
@@ -222,7 +203,7 @@ def _backward_excess(c: Ctx, lay: LayoutOrRows, stage: str, r: Recompute) -> np.
     the loss. The micro-batch's terms are taken at b = 1, their least: never under the peak of
     max(forward side, backward end), equal to it at b = 1 (over by at most (b - 1) micro-batches
     otherwise). No interleaving: a profile with `backward_grads` has v = 1."""
-    layers = per_rows(_rows_layers, c, lay, stage)
+    layers = per_rows(rows_layers, c, lay, stage)
     bg = c.recipe.backward_grads
     grads = _bytes(c, lay, "dense", bg) * layers + _bytes(c, lay, stage, bg)
     full = r is Recompute.FULL
@@ -256,7 +237,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     """Terms summing to the stage's bytes, and pairs of which only the smaller counts."""
     terms: list[Term] = []
     A, rc = c.A, c.recipe
-    pv_stage = _stage_layers(c, stage)
+    pv_stage = stage_layers(c, stage)
     inv_group = lambda te: Fraction(1, te[1] * te[2])  # noqa: E731  experts over ep·etp
     for tenant, nbytes, k in (("weights", c.wb, 3), ("gradients", c.gb, 2), ("optimizer", c.ob, 1)):
         if nbytes == 0:
