@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from meshplan.convert import from_proto, to_proto
 from meshplan.solver import EvaluateRequest, evaluate
-from meshplan.solver.costmodel.memory import cost_balanced_split
+from meshplan.solver.costmodel.memory_parts import cost_balanced_split
 from meshplan.solver.schema import ParallelConfig, TrainingSpec
 from meshplan.v1 import spec_pb2
 
