@@ -22,7 +22,9 @@ PRINTED = sorted(i for i, r in RUNS.items() if r.memory_gib is not None)
 # them). The nanotron sweep prints max_memory_reserved, which scatters about +-10% around the
 # tensors its code keeps x 1.10: its 1B rows at 2 and 4 nodes hold the same per-GPU state but
 # 0.7 GiB of ZeRO-1 shard, yet print 3.1 GiB apart; and its ZeRO-1 runs are not DDP-wrapped
-# (nanotron @ e24d248 trainer.py make_ddp), so no DDP bucket masks the scatter any more.
+# (nanotron @ e24d248 trainer.py make_ddp), so no DDP bucket masks the scatter any more. The
+# backward's bf16 grads beside the fp32 accumulator do not reach them: at their one-sequence
+# micro-batches the forward side (the in-flight activations and the logits) is the larger peak.
 _SCATTER = "nanotron's reserved figure above every tensor its code keeps x 1.10"
 UNDER = {
     "nanotron_bench_1B_2node_dp8_tp1_pp2": f"-9.7%: {_SCATTER} (its 4-node twin: +2.5%)",

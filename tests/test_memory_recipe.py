@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from meshplan.convert import from_proto, to_proto
 from meshplan.solver import EvaluateRequest, evaluate
-from meshplan.solver.costmodel.memory import cost_balanced_split
+from meshplan.solver.costmodel.memory_parts import cost_balanced_split
 from meshplan.solver.schema import ParallelConfig, TrainingSpec
 from meshplan.v1 import spec_pb2
 
@@ -341,3 +341,73 @@ def test_fp8_all_gather_needs_fp8_and_fsdp2() -> None:
     t = TrainingSpec(framework="TORCHTITAN", precision="FP8", fp8_all_gather=True)
     msg = to_proto(t, spec_pb2.TrainingSpec)
     assert msg.HasField("fp8_all_gather") and from_proto(msg, TrainingSpec) == t
+
+
+def test_nanotron_keeps_the_backward_s_bf16_grads_beside_its_fp32_accumulator() -> None:
+    # optim/gradient_accumulator.py FP32GradientAccumulator.backward: loss.backward() whole, then
+    # each bf16 .grad added to the fp32 buffer and freed: at the end of a micro-batch's backward
+    # 2 B for every parameter the 4 B buffer covers (tp-sharded, not ZeRO-1-sharded), in place of
+    # that micro-batch's activations and logits; the bill is the larger of the two peaks
+    from dataclasses import replace
+
+    from meshplan.solver.arch import resolve_model
+    from meshplan.solver.costmodel import CostModel, Point
+    from meshplan.solver.costmodel.context import recipe_of
+    from meshplan.solver.hardware import resolve_cluster
+    from meshplan.solver.schema import ClusterSpec, ModelSpec, SearchSpec
+
+    A = resolve_model(ModelSpec(**MODEL))
+    H = resolve_cluster(ClusterSpec(gpu="h100-sxm-80gb", num_gpus=8))
+    grew = set()
+    for seq in (128, S):  # the grads exceed one micro-batch's activations and logits, then not
+        t = TrainingSpec(seq_len=seq, global_batch_tokens=8 * seq, framework="NANOTRON")
+        rec = recipe_of(t)
+        assert rec.backward_grads == 2
+        kept = CostModel(A, H, t, SearchSpec(), recipe=rec)
+        none = CostModel(A, H, t, SearchSpec(), recipe=replace(rec, backward_grads=0))
+        for zero in (0, 1):
+            cfg = ParallelConfig(
+                tp=1, pp=1, dp=8, micro_batch_size=1, num_microbatches=1, zero_stage=zero
+            )
+            p = Point.from_config(cfg)
+            w, wo = kept.memory_bill(p), none.memory_bill(p)
+            fp32 = wo.gradients - (wo.gradients // 3 if zero == 0 else 0)  # DDP's 2 of 6 B
+            fwd = wo.activations  # one micro-batch in flight (pp = 1, tp = 1): all of it
+            diff = w.gradients - wo.gradients
+            assert diff == pytest.approx(max(0, fp32 / 2 - fwd), abs=4 * KIB)
+            assert w.activations == wo.activations
+            grew.add(diff > 0)
+    assert grew == {True, False}
+
+
+def test_cpsat_optimum_equals_oracle_where_the_backward_s_grads_bind() -> None:
+    # a short sequence: the grads exceed one micro-batch's activations, the plan's bill grows
+    from meshplan.solver import PlanRequest, plan
+    from meshplan.solver.oracle import oracle
+
+    model = {
+        "num_layers": 16,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_kv_heads": 8,
+        "ffn_hidden_size": 14336,
+        "vocab_size": 128256,
+        "gated_mlp": True,
+    }
+    for gpu, n in (("h100-sxm-80gb", 2), ("a100-sxm-40gb", 4)):
+        req = PlanRequest.model_validate(
+            {
+                "model": model,
+                "cluster": {"gpu": gpu, "num_gpus": n},
+                "training": {
+                    "seq_len": 128,
+                    "global_batch_tokens": 128 * 96,
+                    "framework": "NANOTRON",
+                },
+                "options": {"explain": False, "time_limit_s": 60},
+            }
+        )
+        res, ref = plan(req), oracle(req)
+        assert ref.objective is not None
+        assert res.solver.objective == ref.objective
+        assert res.memory.gradients > res.memory.weights * 2  # fp32 (4 B) + the bf16 grads

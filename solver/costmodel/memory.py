@@ -19,15 +19,16 @@ from fractions import Fraction
 import numpy as np
 
 from meshplan.solver.costmodel import activations
-from meshplan.solver.costmodel.context import Ctx, n_chunk, n_stage
+from meshplan.solver.costmodel.context import Ctx, n_chunk
 from meshplan.solver.costmodel.factors import BatchFactor
 from meshplan.solver.costmodel.memory_parts import (
-    cost_balanced_split,
     gather_buffers,
     kv_gathered,
     logits_held,
+    rows_layers,
     seq_shard,
     stage_boundary,
+    stage_layers,
 )
 from meshplan.solver.costmodel.point import (
     LayoutOrRows,
@@ -170,17 +171,6 @@ def _full_transient(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     return 2 * c.s / lay.cp * activations.block(c, lay)
 
 
-def _stage_layers(c: Ctx, stage: str) -> Callable[[tuple[int, int]], Fraction]:
-    """Layers on the stage per (pp, v): the heaviest stage's, or where the recipe balances the
-    stages by cost (`Recipe.cost_balanced_stages`), the first or last stage's own."""
-    A = c.A
-    if not c.recipe.cost_balanced_stages:
-        return lambda pv: n_stage(A.L, pv[0], pv[1])
-    layer = 4 * A.a * A.head_dim * A.h + 3 * A.f * A.h
-    end = 0 if stage == "first" else -1
-    return lambda pv: Fraction(cost_balanced_split(A.L, layer, A.V * A.h, pv[0])[end])
-
-
 def _is_full(r: Recompute) -> bool:
     return r is Recompute.FULL
 
@@ -203,6 +193,23 @@ def _loss_or_recompute(c: Ctx, lay: LayoutOrRows, stage: str, full: bool) -> np.
     if not c.recipe.loss_parallel_held:
         return maximum(held, block)
     return pick(lay.tp > 1, both, maximum(held, block))
+
+
+def _backward_excess(c: Ctx, lay: LayoutOrRows, stage: str, r: Recompute) -> np.ndarray:
+    """What the end of a micro-batch's backward holds beyond the forward side's peak (never
+    below 0): the stage's dense and extra parameters' bf16 .grad (`Recipe.backward_grads`) and,
+    under full recomputation, the first block's recomputed transient, in place of the micro-batch's
+    activations (freed as its backward ran) and of the loss's logits or the transient billed at
+    the loss. The micro-batch's terms are taken at b = 1, their least: never under the peak of
+    max(forward side, backward end), equal to it at b = 1 (over by at most (b - 1) micro-batches
+    otherwise). No interleaving: a profile with `backward_grads` has v = 1."""
+    layers = per_rows(rows_layers, c, lay, stage)
+    bg = c.recipe.backward_grads
+    grads = _bytes(c, lay, "dense", bg) * layers + _bytes(c, lay, stage, bg)
+    full = r is Recompute.FULL
+    freed = per_rows(_act, c, lay, r) * layers + per_rows(_loss_or_recompute, c, lay, stage, full)
+    held = grads + per_rows(_full_transient, c, lay) if full else grads
+    return maximum(0.0, held - freed)
 
 
 def _fsdp_transients(c: Ctx, terms: list[Term], inv_group) -> None:  # noqa: ANN001
@@ -230,7 +237,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     """Terms summing to the stage's bytes, and pairs of which only the smaller counts."""
     terms: list[Term] = []
     A, rc = c.A, c.recipe
-    pv_stage = _stage_layers(c, stage)
+    pv_stage = stage_layers(c, stage)
     inv_group = lambda te: Fraction(1, te[1] * te[2])  # noqa: E731  experts over ep·etp
     for tenant, nbytes, k in (("weights", c.wb, 3), ("gradients", c.gb, 2), ("optimizer", c.ob, 1)):
         if nbytes == 0:
@@ -270,6 +277,25 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
                 Term(
                     "gradients",
                     lambda lay, _: _bytes(c, lay, "expert", acc),
+                    pv=pv_stage,
+                    te=inv_group,
+                )
+            )
+    if rc.backward_grads:
+        # the bf16 .grad of every stage-local parameter, alive once a micro-batch's backward has
+        # run and until the fp32 accumulator adds and frees them (nanotron @ 2411b02
+        # optim/gradient_accumulator.py FP32GradientAccumulator.backward; DDP's buckets are
+        # copies, not views: trainer.py DistributedDataParallel without gradient_as_bucket_view)
+        def excess(lay: LayoutOrRows, r: Recompute) -> np.ndarray:
+            return per_rows(_backward_excess, c, lay, stage, r)
+
+        terms.append(Term("gradients", excess, sel="r"))
+        if A.is_moe:  # the experts' grads counted whole (no more than the larger peak)
+            bg = rc.backward_grads
+            terms.append(
+                Term(
+                    "gradients",
+                    lambda lay, _: _bytes(c, lay, "expert", bg),
                     pv=pv_stage,
                     te=inv_group,
                 )

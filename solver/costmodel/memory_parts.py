@@ -6,11 +6,13 @@ pipeline stages by cost."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from fractions import Fraction
 
 import numpy as np
 
 from meshplan.solver.costmodel import activations
-from meshplan.solver.costmodel.context import ACT_BYTES, Ctx
+from meshplan.solver.costmodel.context import ACT_BYTES, Ctx, n_stage
 from meshplan.solver.costmodel.point import LayoutOrRows, maximum, per_rows, pick
 
 DTENSOR_HEAD = ("torchtitan", "kempnerforge")  # loss parallelism all-gathers the head's input
@@ -83,3 +85,23 @@ def kv_gathered(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     heads = A.a if c.recipe.kv_repeated else A.kv
     per_rank = maximum(heads * A.head_dim / lay.tp, A.head_dim)  # kv heads < tp: replicated
     return pick(lay.cp > 1, c.s * 2 * per_rank * ACT_BYTES, 0.0)
+
+
+def stage_layers(c: Ctx, stage: str) -> Callable[[tuple[int, int]], Fraction]:
+    """Layers on the stage per (pp, v): the heaviest stage's, or where the recipe balances the
+    stages by cost (`Recipe.cost_balanced_stages`), the first or last stage's own."""
+    A = c.A
+    if not c.recipe.cost_balanced_stages:
+        return lambda pv: n_stage(A.L, pv[0], pv[1])
+    layer = 4 * A.a * A.head_dim * A.h + 3 * A.f * A.h
+    end = 0 if stage == "first" else -1
+    return lambda pv: Fraction(cost_balanced_split(A.L, layer, A.V * A.h, pv[0])[end])
+
+
+def rows_layers(c: Ctx, lay: LayoutOrRows, stage: str) -> np.ndarray | float:
+    """The stage's layers (`stage_layers`) at each row's pp, without interleaving (v = 1)."""
+    f = stage_layers(c, stage)
+    if not isinstance(lay.pp, np.ndarray):
+        return float(f((int(lay.pp), 1)))
+    pps, at = np.unique(lay.pp, return_inverse=True)
+    return np.array([float(f((int(p), 1))) for p in pps])[at]

@@ -105,6 +105,10 @@ class Recipe:
     # tp > 1 with sequence parallelism: persistent bf16 buffers of one micro-batch's [tokens, h]
     # the tp layers gather into and keep across layers and steps (nanotron's MemoryBuffer)
     tp_gather_buffers: int = 0
+    # bytes per stage-local parameter (tp/pp-sharded, never dp-sharded) of the compute-dtype .grad
+    # alive at the end of each micro-batch's backward, beside the main gradients (nanotron): a
+    # peak of its own, billed where it exceeds the forward side's (memory.py _backward_excess)
+    backward_grads: int = 0
     unit_grad: int = 0  # ZeRO-3: a gathered unit's gradient per parameter (0: `gradients`)
     loss_chunked: bool = False  # the loss never holds the whole logits (memory.py)
     fp8_activations: bool = False  # FP8 linear inputs stored in FP8 (activations.py)

@@ -208,9 +208,10 @@ LLM_FOUNDRY = Profile(
 # version, trainer.py: make_ddp = dp > 1 and not (accumulate_grad_in_fp32 and zero_stage > 0);
 # since 7bc9923 the wrap is made but get_fp32_accum_hook raises NotImplementedError for ZeRO's
 # reduce-scatter, so ZeRO-1 with the fp32 accumulator runs only unwrapped:
-# `ddp_zero_below`). The parameters' bf16 .grad are added to the fp32 buffer and freed after
-# each micro-batch's backward (FP32GradientAccumulator.backward), growing as its activations
-# are freed, so they are not counted. Pipeline stages are split by layer cost (models/base.py;
+# `ddp_zero_below`). The parameters' bf16 .grad are added to the fp32 buffer and freed only
+# once a micro-batch's backward has run whole (FP32GradientAccumulator.backward), so all of the
+# stage's are alive together beside the fp32 buffer, in place of that micro-batch's activations:
+# 2 more at that peak where it is the larger (`backward_grads`). Pipeline stages are split by layer cost (models/base.py;
 # `cost_balanced_stages`). With tp > 1 in reduce_scatter mode the column-parallel inputs are
 # gathered into, and the row-parallel output gradients gathered in backward into, two
 # persistent [tokens, h] buffers (parallel/utils.py MemoryBuffer "allgather", "allgather2";
@@ -228,6 +229,7 @@ _NANOTRON = Recipe(
     ddp_grads=2,
     ddp_zero_below=1,
     tp_gather_buffers=2,
+    backward_grads=2,
     cost_balanced_stages=True,  # models/base.py: blocks placed by cumulative compute cost
 )
 
