@@ -128,6 +128,21 @@ def test_nanotron_yaml_is_nanotrons_config(model: str, gpus: int, training: dict
     assert doc["model"]["model_config"]["num_hidden_layers"] == 32 if "8b" in model else 80
 
 
+@pytest.mark.parametrize(
+    ("zero", "dp", "grads", "warned"),
+    [(1, 8, None, True), (0, 8, None, False), (1, 8, "BF16", False)],
+)
+def test_nanotron_yaml_says_which_versions_run_zero1_over_fp32_grads(
+    zero: int, dp: int, grads: str | None, warned: bool
+) -> None:
+    # nanotron @ 7bc9923 on wraps dp > 1 in DDP, whose fp32 hook raises under ZeRO
+    c = ParallelConfig(tp=1, pp=1, dp=dp, micro_batch_size=1, num_microbatches=1, zero_stage=zero)
+    t = TrainingSpec(framework="NANOTRON", grad_dtype=grads)
+    text = emit("nanotron", c, ModelSpec(preset="llama3-8b"), t, dp * 8192)
+    assert ("runs on nanotron before 7bc9923" in text) is warned
+    yaml.safe_load(text)  # the note is a comment
+
+
 def test_yaml_exports_refuse_what_the_framework_cannot_say() -> None:
     c = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=1, num_microbatches=1, zero_stage=1)
     gpt = ModelSpec(preset="gpt3-175b")  # GELU MLP: not a Llama

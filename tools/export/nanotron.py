@@ -149,6 +149,15 @@ def nanotron(c: ParallelConfig, A: Arch, t: TrainingSpec, seqs: int, prof: Profi
         f"recompute {c.recompute.value}; global batch {seqs} sequences x {t.seq_len} tokens",
         f"nanotron config ({prof.title}): torchrun ... run_train.py --config-file this.yaml",
     ]
+    if c.zero_stage == 1 and c.dp > 1 and t.grad_dtype is not StateDtype.BF16:
+        # nanotron @ 7bc9923 (June 2025) on: trainer.py's make_ddp wraps dp > 1 in DDP, whose
+        # fp32 accumulation hook raises NotImplementedError under ZeRO (get_fp32_accum_hook)
+        header.append(
+            "ZeRO-1 over the fp32 gradient accumulator with dp > 1 runs on nanotron before "
+            "7bc9923 (June 2025; e.g. e24d248); later versions wrap it in DDP, whose fp32 "
+            "accumulation hook raises NotImplementedError under ZeRO: there, plan with "
+            "--zero-stage 0 or --grad-dtype bf16"
+        )
     return yaml_text(header, doc)
 
 
