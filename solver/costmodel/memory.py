@@ -239,6 +239,13 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
     A, rc = c.A, c.recipe
     pv_stage = stage_layers(c, stage)
     inv_group = lambda te: Fraction(1, te[1] * te[2])  # noqa: E731  experts over ep·etp
+
+    def experts_at(nb: float) -> Term:
+        """Gradients of every local expert parameter of the stage at `nb` bytes each."""
+        return Term(
+            "gradients", lambda lay, _: _bytes(c, lay, "expert", nb), pv=pv_stage, te=inv_group
+        )
+
     for tenant, nbytes, k in (("weights", c.wb, 3), ("gradients", c.gb, 2), ("optimizer", c.ob, 1)):
         if nbytes == 0:
             continue
@@ -273,14 +280,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         terms.append(Term("gradients", lambda lay, _: _bytes(c, lay, "dense", acc), pv=pv_stage))
         terms.append(Term("gradients", lambda lay, _: _bytes(c, lay, stage, acc)))
         if A.is_moe:
-            terms.append(
-                Term(
-                    "gradients",
-                    lambda lay, _: _bytes(c, lay, "expert", acc),
-                    pv=pv_stage,
-                    te=inv_group,
-                )
-            )
+            terms.append(experts_at(acc))
     if rc.backward_grads:
         # the bf16 .grad of every stage-local parameter, alive once a micro-batch's backward has
         # run and until the fp32 accumulator adds and frees them (nanotron @ 2411b02
@@ -291,15 +291,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
 
         terms.append(Term("gradients", excess, sel="r"))
         if A.is_moe:  # the experts' grads counted whole (no more than the larger peak)
-            bg = rc.backward_grads
-            terms.append(
-                Term(
-                    "gradients",
-                    lambda lay, _: _bytes(c, lay, "expert", bg),
-                    pv=pv_stage,
-                    te=inv_group,
-                )
-            )
+            terms.append(experts_at(rc.backward_grads))
     if rc.ddp_grads:
         # torch DDP's gradient buckets, full size beside the main gradients, with dp·cp > 1
         ddp = rc.ddp_grads
