@@ -112,21 +112,10 @@ def _at_reserve_calls(hbm: float, reserve: float | None) -> list[tuple[str, byte
     curve.grid.counts.extend([8, 16])
     curve.batch.kind = scheduler_pb2.BatchPolicyKind.Value("BATCH_POLICY_KIND_FIXED_GLOBAL")
     curve.batch.global_batch_tokens = 4096 * 64
-    admit = scheduler_pb2.SmallestAllocationRequest(
-        model=curve.model,
-        clusters=[template],
-        grid=curve.grid,
-        batch=curve.batch,
-        training=plan.training,
-    )
+    grid = {"model": curve.model, "clusters": [template], "grid": curve.grid, "batch": curve.batch}
+    admit = scheduler_pb2.SmallestAllocationRequest(**grid, training=plan.training)
     admit.work.tokens, admit.deadline_s = 10**9, 86400.0
-    front = scheduler_pb2.TrainingFrontRequest(
-        model=curve.model,
-        clusters=[template],
-        grid=curve.grid,
-        batch=curve.batch,
-        training=plan.training,
-    )
+    front = scheduler_pb2.TrainingFrontRequest(**grid, training=plan.training)
     front.clusters[0].price_per_gpu_hour, front.token_budget = 2.0, 10**10
     replan = scheduler_pb2.ReplanRequest(
         model=curve.model, cluster=plan.cluster, batch=curve.batch, training=plan.training
