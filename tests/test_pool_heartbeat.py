@@ -25,6 +25,17 @@ from meshplan.server.settings import Settings
 HEARTBEAT_S, ANSWER_S = 0.2, 0.5
 
 
+@contextlib.contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """The worker SIGSTOPped for the block, continued after it (if it still lives)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
 def pid_of(seconds: float, *, stop: threading.Event) -> int:
     """The worker's process id, after `seconds` (run in a worker process)."""
     time.sleep(seconds)
@@ -55,12 +66,8 @@ def test_a_stopped_idle_worker_is_replaced_and_the_call_runs_again(
         answer = await rt.solve(call, "Plan", pid_of, 0.0)
         return answer, time.monotonic() - began
 
-    os.kill(pid, signal.SIGSTOP)
-    try:
+    with stopped(pid):
         answered_by, took = asyncio.run(go())
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
     assert answered_by != pid  # the replacement ran it: the stopped worker was killed
     # found within a heartbeat and a ping's wait, then a worker spawned (no warm-up): not 60 s
     assert took < 20, took
@@ -85,12 +92,8 @@ def test_a_call_sent_to_a_stopped_worker_is_recalled_not_lost(runner: ProcessRun
             return err, time.monotonic() - began
         return None, time.monotonic() - began
 
-    os.kill(pid, signal.SIGSTOP)
-    try:
+    with stopped(pid):
         err, took = asyncio.run(go())
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
     assert isinstance(err, Recalled), err
     assert took < HEARTBEAT_S + ANSWER_S + 2.0, took
 
