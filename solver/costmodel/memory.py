@@ -384,6 +384,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         terms.append(Term("activations", boundary, pv=chunks, db=BatchFactor.of(1, 1)))
     pairs: list[tuple[Term, Term]] = []
     dual = _dualpipe(c)
+    saved = _fp8_saved(c)
     if stage == "first":
 
         def q_first(pv: tuple[int, int]) -> Fraction:
@@ -399,6 +400,13 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
                 Term("activations", act, sel="r", pv=pv_stage, db=BatchFactor.of(1, 1)),
             )
         )
+        if saved is not None:  # a copy per micro-batch in flight, as the activations
+            pairs.append(
+                (
+                    Term("weights", saved, sel="r", pv=q_first),
+                    Term("weights", saved, sel="r", pv=pv_stage, db=BatchFactor.of(0, 1)),
+                )
+            )
     else:
 
         def q_last(pv: tuple[int, int]) -> Fraction:
@@ -414,4 +422,25 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
             return Fraction(nc if v == 1 else nc * ((v - 1) * p + 1))
 
         terms.append(Term("activations", act, sel="r", pv=q_last, db=mb))
+        if saved is not None:
+            terms.append(Term("weights", saved, sel="r", pv=q_last))
     return terms, pairs
+
+
+def _fp8_saved(c: Ctx) -> Callable[[LayoutOrRows, Recompute], np.ndarray | float] | None:
+    """One layer's FP8 weights an eager torchao Float8Linear saves for backward
+    (`Recipe.fp8_saved_weights`), per micro-batch in flight: only where nothing recomputes the
+    layer (a checkpointed layer, whole or op-level, discards the cast and casts again in its
+    backward: torchtitan's op-level policy saves matmul outputs, not casts). None where the
+    recipe saves none, or where FSDP2 gathers the weights in FP8 (`gathered_weights` 1): the
+    saved weight is then the gathered unit itself, freed when FSDP2 reshards it. The routed
+    experts are not Float8Linear modules."""
+    rc = c.recipe
+    nb = rc.fp8_saved_weights
+    if not nb or rc.gathered_weights == 1:
+        return None
+
+    def saved(lay: LayoutOrRows, r: Recompute) -> np.ndarray | float:
+        return _bytes(c, lay, "dense", nb) if r is Recompute.NONE else 0.0
+
+    return saved
