@@ -28,8 +28,8 @@ from meshplan.solver.schema import Framework, LossKernel
 # The final norm is eager RMSNorm outside any checkpointed block (torchtitan @ 9dec370
 # models/norms.py RMSNorm: self._norm(x.float()).type_as(x) * self.weight keeps the fp32 input
 # and the bf16 normalized output, 4 + 2 bytes per h), and the output layer keeps its input.
-# torchao's Float8Linear (tensorwise, the recipe torchtitan and KempnerForge convert to) casts its
-# weight to FP8 on every forward and saves that cast for backward, 1 byte a weight element
+# torchao's Float8Linear (tensorwise scaling: torchtitan's default and the export's recipe) casts
+# its weight to FP8 on every forward and saves that cast for backward, 1 byte a weight element
 # (pytorch/ao @ 0afa4c1 torchao/float8/float8_linear.py: Float8Linear.forward
 # _cast_weight_to_float8_t, matmul_with_hp_or_float8_args.forward save_for_backward(input_hp,
 # weight_hp_t); force_recompute_fp8_weight_in_bwd is deprecated there and changes nothing)
