@@ -376,6 +376,10 @@ def test_float8_linear_saves_its_fp8_weight_per_micro_batch_in_flight() -> None:
         assert two == pytest.approx(copies * 4 * LAYER, abs=KIB * KIB)
     kf = {"framework": "KEMPNERFORGE"}
     assert _state(kf | {"precision": "FP8"}, zero=0)["weights"] > _state(kf, zero=0)["weights"]
+    # with fp8_all_gather, ZeRO-0 (DDP: no FSDP2 gather) still casts and saves
+    kf_ag = kf | {"precision": "FP8", "fp8_all_gather": True}
+    got = _state(kf_ag, zero=0)["weights"] - _state(kf, zero=0)["weights"]
+    assert got == pytest.approx(8 * LAYER, abs=KIB * KIB)
 
 
 def test_fp8_all_gather_needs_fp8_and_fsdp2() -> None:

@@ -297,8 +297,8 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
         if saved is not None:  # a copy per micro-batch in flight, as the activations
             pairs.append(
                 (
-                    Term("weights", saved, sel="r", pv=q_first),
-                    Term("weights", saved, sel="r", pv=pv_stage, db=BatchFactor.of(0, 1)),
+                    Term("weights", saved[0], sel=saved[1], pv=q_first),
+                    Term("weights", saved[0], sel=saved[1], pv=pv_stage, db=BatchFactor.of(0, 1)),
                 )
             )
     else:
@@ -317,24 +317,32 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
 
         terms.append(Term("activations", act, sel="r", pv=q_last, db=mb))
         if saved is not None:
-            terms.append(Term("weights", saved, sel="r", pv=q_last))
+            terms.append(Term("weights", saved[0], sel=saved[1], pv=q_last))
     return terms, pairs
 
 
-def _fp8_saved(c: Ctx) -> Callable[[LayoutOrRows, Recompute], np.ndarray | float] | None:
+def _fp8_saved(c: Ctx) -> tuple[Callable[[LayoutOrRows, object], np.ndarray | float], str] | None:
     """One layer's FP8 weights an eager torchao Float8Linear saves for backward
-    (`Recipe.fp8_saved_weights`), per micro-batch in flight: only where nothing recomputes the
-    layer (a checkpointed layer, whole or op-level, discards the cast and casts again in its
-    backward: torchtitan's op-level policy saves matmul outputs, not casts). None where the
-    recipe saves none, or where FSDP2 gathers the weights in FP8 (`gathered_weights` 1): the
-    saved weight is then the gathered unit itself, freed when FSDP2 reshards it. The routed
-    experts are not Float8Linear modules."""
+    (`Recipe.fp8_saved_weights`), per micro-batch in flight, and the axis it depends on: only
+    where nothing recomputes the layer (a checkpointed layer, whole or op-level, discards the
+    cast and casts again in its backward: torchtitan's op-level policy saves matmul outputs, not
+    casts). Where FSDP2 gathers the weights in FP8 (`gathered_weights` 1) the saved weight is the
+    gathered unit itself, freed when FSDP2 reshards it (ZeRO-3) or kept as the gathered weights
+    (under pipelining): then only ZeRO-0, with no FSDP2 to gather, saves casts (billed whatever
+    the recomputation: over, never under). None where the recipe saves none. The routed experts
+    are not Float8Linear modules."""
     rc = c.recipe
     nb = rc.fp8_saved_weights
-    if not nb or rc.gathered_weights == 1:
+    if not nb:
         return None
+    if rc.gathered_weights == 1:
 
-    def saved(lay: LayoutOrRows, r: Recompute) -> np.ndarray | float:
+        def unsharded(lay: LayoutOrRows, z: object) -> np.ndarray | float:
+            return _bytes(c, lay, "dense", nb) if z == 0 else 0.0
+
+        return unsharded, "z"
+
+    def saved(lay: LayoutOrRows, r: object) -> np.ndarray | float:
         return _bytes(c, lay, "dense", nb) if r is Recompute.NONE else 0.0
 
-    return saved
+    return saved, "r"
