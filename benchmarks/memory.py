@@ -17,6 +17,7 @@ source's runs fit under it).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
@@ -26,6 +27,7 @@ from meshplan.tools.calibration.loaders import load_calibration
 from meshplan.tools.calibration.memory import MemoryResult, memory_result
 
 MEDIAN_TARGET, UNDER_TARGET = 0.05, 0.03
+RESERVE_STEP = 0.5  # GiB: the default reserve is the largest every run allows, rounded down
 QUICK_RUNS = 40  # --quick: the runs with a printed peak and the first of the others
 
 
@@ -41,16 +43,26 @@ def largest_reserve(results: Sequence[MemoryResult], fragmentation: float) -> fl
     return min(x.hbm_gib - x.used_gib * (1 + fragmentation) for x in results)
 
 
+def default_rule(most: float) -> float:
+    """The default reserve's rule: the largest fixed reserve every run fits with, rounded down
+    to a half GiB (1.14 GiB -> the default 1 GiB)."""
+    return math.floor(most / RESERVE_STEP) * RESERVE_STEP
+
+
 def reserve_loso(results: Sequence[MemoryResult], fragmentation: float) -> list[list[object]]:
-    """Per source: the largest reserve the other sources allow, and whether the source's own
-    runs fit under it (their least slack)."""
+    """Per source: the largest reserve the other sources allow, the reserve the default's rule
+    takes from it (`default_rule`), and whether the source's own runs fit under that (their
+    least slack). A "NO" names the source whose runs set the default: without them the rule
+    would pick a larger reserve, which refuses them."""
     rows: list[list[object]] = []
     for s in sorted({x.source for x in results}):
         rest = [x for x in results if x.source != s]
         own = [x for x in results if x.source == s]
         r = largest_reserve(rest, fragmentation)
-        slack = largest_reserve(own, fragmentation) - r
-        rows.append([s, len(own), f"{r:.2f}", f"{slack:+.2f}", "yes" if slack >= 0 else "NO"])
+        rule = default_rule(r)
+        slack = largest_reserve(own, fragmentation) - rule
+        fits = "yes" if slack >= 0 else "NO"
+        rows.append([s, len(own), f"{r:.2f}", f"{rule:g}", f"{slack:+.2f}", fits])
     return rows
 
 
@@ -121,13 +133,26 @@ def render(rep: dict[str, object]) -> tuple[str, bool]:
     out.append(table(["HBM GiB", "tightest run", "tenants GiB", "left GiB"], rows))
     most = largest_reserve(results, frag)
     out.append(f"largest fixed reserve every run fits with: {most:.2f} GiB")
-    out.append("each source left out (the reserve the others allow; its own runs' margin):")
+    out.append(
+        f"the default's rule (rounded down to {RESERVE_STEP:g} GiB): {default_rule(most):g} GiB"
+    )
+    out.append(
+        "each source left out (the reserve the others allow, the rule's reserve from it, and "
+        "its own runs' margin under that):"
+    )
+    loso = reserve_loso(results, frag)
     out.append(
         table(
-            ["source left out", "runs", "reserve GiB", "own margin GiB", "fits"],
-            reserve_loso(results, frag),
+            ["source left out", "runs", "others allow GiB", "rule GiB", "own margin GiB", "fits"],
+            loso,
         )
     )
+    for row in loso:
+        if row[-1] == "NO":
+            out.append(
+                f"  NO: {row[0]}'s runs are the tightest; without them the rule would pick "
+                f"{row[3]} GiB and refuse them (they set the default)"
+            )
     verdicts = [
         ("every calibration layout fits", not bad, f"{len(bad)} do not"),
         (

@@ -5,12 +5,14 @@ whole sequence's K,V while a layer's attention runs; a ring (Megatron's p2p) hol
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.costmodel.context import recipe_for
+from meshplan.solver.costmodel.memory_parts import kv_gathered
 from meshplan.solver.hardware import resolve_cluster
 from meshplan.solver.schema import (
     ClusterSpec,
@@ -47,3 +49,16 @@ def test_all_gather_holds_the_whole_sequences_kv(repeated: bool) -> None:
 def test_a_ring_holds_no_gathered_kv() -> None:
     one, eight = (_activations(Framework.MEGATRON, c) for c in (1, 8))
     assert eight == pytest.approx(one / 8)
+
+
+def test_latent_attention_gathers_its_up_projected_widths() -> None:
+    """MLA up-projects K to qk_nope + qk_rope and V to v_head_dim on every query head (torchtitan
+    @ b5bcd76 models/deepseek_v3/model.py): the gathered buffer is those widths, not 2·h/a."""
+    mla = resolve_model(ModelSpec(preset="deepseek-v3"))
+    assert mla.mla is not None and mla.qk_dim + mla.v_dim != 2 * mla.head_dim
+    t = TrainingSpec(seq_len=32768, framework=Framework.TORCHTITAN)
+    cm = CostModel(mla, H, t, SearchSpec())
+    tp = 8
+    want = t.seq_len * (mla.a / tp) * (mla.qk_dim + mla.v_dim) * 2  # K and V, bf16
+    assert kv_gathered(cm.ctx, SimpleNamespace(cp=8, tp=tp)) == pytest.approx(want)
+    assert kv_gathered(cm.ctx, SimpleNamespace(cp=1, tp=tp)) == 0.0

@@ -22,6 +22,7 @@ from meshplan.solver.hardware import resolve_cluster
 from meshplan.solver.schema import (
     ClusterSpec,
     Framework,
+    LossKernel,
     ModelSpec,
     ParallelConfig,
     Precision,
@@ -629,14 +630,34 @@ def test_torchtitan_async_tp_only_when_asked_and_with_compile() -> None:
     asked = read_torchtitan_py(_emit("torchtitan", c, "llama3-70b", tp_comm_overlap=True, **t))
     comp = asked["raw"]["compile"]
     assert comp["enable_async_tensor_parallel"] is True
-    assert comp["enable"] is True and comp["components"] == ["model", "loss"]
+    # the blocks only: the plan billed the eager loss (loss_kernel COMPILED compiles it too)
+    assert comp["enable"] is True and comp["components"] == ["model"]
     # the TOML of torchtitan up to 0.2.2 keeps the switch in [parallelism]
     old = tomllib.loads(_emit("torchtitan-toml", c, "llama3-70b", tp_comm_overlap=True, **t))
     assert old["parallelism"]["enable_async_tensor_parallel"] is True
-    assert old["compile"] == {"enable": True, "components": ["model", "loss"]}
+    assert old["compile"] == {"enable": True, "components": ["model"]}
     cp = c.model_copy(update={"dp": 16, "cp": 2})
     ring = tomllib.loads(_emit("torchtitan-toml", cp, "llama3-70b", **t))["parallelism"]
     assert ring["context_parallel_rotate_method"] == "allgather"  # what the profile times
+
+
+def test_torchtitan_compile_follows_training_compiled_and_the_loss_kernel() -> None:
+    c = ParallelConfig(tp=1, pp=1, dp=32, micro_batch_size=2, num_microbatches=1, zero_stage=3)
+    t = {"seq_len": 8192, "framework": Framework.TORCHTITAN}
+    cases = [
+        ({"compiled": True}, ["model"]),
+        ({"compiled": True, "loss_kernel": LossKernel.COMPILED}, ["model", "loss"]),
+        ({"loss_kernel": LossKernel.COMPILED}, ["loss"]),
+    ]
+    for knobs, components in cases:
+        new = read_torchtitan_py(_emit("torchtitan", c, "llama3-8b", **knobs, **t))["raw"]
+        assert new["compile"]["enable"] is True and new["compile"]["components"] == components
+        old = tomllib.loads(_emit("torchtitan-toml", c, "llama3-8b", **knobs, **t))
+        assert old["compile"] == {"enable": True, "components": components}
+    eager = tomllib.loads(_emit("torchtitan-toml", c, "llama3-8b", compiled=False, **t))
+    assert "compile" not in eager  # the job config's default: not compiled
+    fp8 = _emit("torchtitan", c, "llama3-8b", compiled=True, precision=Precision.FP8, **t)
+    assert "model_compile_enabled=True" in fp8
 
 
 def test_deepspeed_overlap_comm_follows_the_timed_zero_stage() -> None:

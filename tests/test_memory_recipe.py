@@ -9,8 +9,11 @@ from pydantic import ValidationError
 
 from meshplan.convert import from_proto, to_proto
 from meshplan.solver import EvaluateRequest, evaluate
+from meshplan.solver.arch import resolve_model
+from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.costmodel.memory_parts import cost_balanced_split
-from meshplan.solver.schema import ParallelConfig, TrainingSpec
+from meshplan.solver.hardware import resolve_cluster
+from meshplan.solver.schema import ClusterSpec, ModelSpec, ParallelConfig, SearchSpec, TrainingSpec
 from meshplan.v1 import spec_pb2
 
 KIB = 1024
@@ -116,14 +119,22 @@ def test_fsdp_version_needs_an_fsdp_profile() -> None:
         TrainingSpec(framework="MEGATRON", fsdp_version="FSDP1")
 
 
-def _state(training: dict, zero: int = 3) -> dict[str, int]:
+def _state(
+    training: dict, zero: int = 3, recompute: str = "NONE", pp: int = 1, m: int = 1
+) -> dict[str, int]:
     ev = evaluate(
         EvaluateRequest(
             model=MODEL,
             cluster={"gpu": "h100-sxm-80gb", "num_gpus": 8},
-            training={"seq_len": S, "global_batch_tokens": 8 * S, **training},
+            training={"seq_len": S, "global_batch_tokens": 8 // pp * m * S, **training},
             config=ParallelConfig(
-                tp=1, pp=1, dp=8, micro_batch_size=1, num_microbatches=1, zero_stage=zero
+                tp=1,
+                pp=pp,
+                dp=8 // pp,
+                micro_batch_size=1,
+                num_microbatches=m,
+                zero_stage=zero,
+                recompute=recompute,
             ),
         )
     )
@@ -322,12 +333,53 @@ def test_fp8_all_gather_gathers_a_unit_s_layer_weights_in_one_byte() -> None:
     # torchao's float8 all-gather: the unit FSDP2 gathers and the one it prefetches hold their
     # Float8Linear weights in fp8, 1 byte a layer parameter instead of bf16's 2
     t = {"framework": "TORCHTITAN", "precision": "FP8"}
-    bf16 = _state(t | {"fp8_all_gather": False})
-    fp8 = _state(t | {"fp8_all_gather": True})
+    full = {"recompute": "FULL"}  # and no Float8Linear cast saved (recomputed layers)
+    bf16 = _state(t | {"fp8_all_gather": False}, **full)
+    fp8 = _state(t | {"fp8_all_gather": True}, **full)
     layer = 4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024  # one layer, its two norms too
     assert bf16["weights"] - fp8["weights"] == pytest.approx(2 * layer, abs=2 * KIB * KIB)
     assert bf16["gradients"] == fp8["gradients"]
-    assert _state(t | {"fp8_all_gather": True}, zero=1) == _state(t, zero=1)  # nothing gathered
+    # nothing gathered at ZeRO-1 (and, recomputed, no Float8Linear cast saved either)
+    full = {"zero": 1, "recompute": "FULL"}
+    assert _state(t | {"fp8_all_gather": True}, **full) == _state(t, **full)
+
+
+LAYER = 4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024  # one layer of MODEL, its two norms too
+
+
+def _stage_weights(training: dict, stage: str) -> int:
+    """The weights tenant of a pipeline stage of 4 layers (pp 2, 4 micro-batches, ZeRO-1)."""
+    t = TrainingSpec(seq_len=S, global_batch_tokens=4 * 4 * S, **training)
+    A = resolve_model(ModelSpec(**MODEL))
+    cm = CostModel(
+        A, resolve_cluster(ClusterSpec(gpu="h100-sxm-80gb", num_gpus=8)), t, SearchSpec()
+    )
+    c = ParallelConfig(tp=1, pp=2, dp=4, micro_batch_size=1, num_microbatches=4, zero_stage=1)
+    return cm.tenants_int(Point.from_config(c), stage)["weights"] * KIB
+
+
+def test_float8_linear_saves_its_fp8_weight_per_micro_batch_in_flight() -> None:
+    # torchao @ 0afa4c1 float8_linear.py: Float8Linear casts its weight to FP8 each forward and
+    # saves the cast for backward: 1 byte a layer parameter for every layer not recomputed
+    bf16, fp8 = {"framework": "TORCHTITAN"}, {"framework": "TORCHTITAN", "precision": "FP8"}
+    got = _state(fp8)["weights"] - _state(bf16)["weights"]
+    assert got == pytest.approx(8 * LAYER, abs=KIB * KIB)  # MODEL's 8 layers, once
+    for r in ("FULL", "SELECTIVE"):  # a checkpointed layer casts again in its backward
+        assert _state(fp8, recompute=r)["weights"] == _state(bf16, recompute=r)["weights"]
+    # FSDP2's fp8 all-gather: the saved weight is the gathered unit, freed at reshard
+    ag = _state(fp8 | {"fp8_all_gather": True})["weights"]
+    assert ag < _state(bf16)["weights"]
+    # the first of 2 stages (4 layers) holds a cast per micro-batch in flight, min(pp, M) = 2;
+    # the last, one
+    for stage, copies in (("first", 2), ("last", 1)):
+        two = _stage_weights(fp8, stage) - _stage_weights(bf16, stage)
+        assert two == pytest.approx(copies * 4 * LAYER, abs=KIB * KIB)
+    kf = {"framework": "KEMPNERFORGE"}
+    assert _state(kf | {"precision": "FP8"}, zero=0)["weights"] > _state(kf, zero=0)["weights"]
+    # with fp8_all_gather, ZeRO-0 (DDP: no FSDP2 gather) still casts and saves
+    kf_ag = kf | {"precision": "FP8", "fp8_all_gather": True}
+    got = _state(kf_ag, zero=0)["weights"] - _state(kf, zero=0)["weights"]
+    assert got == pytest.approx(8 * LAYER, abs=KIB * KIB)
 
 
 def test_fp8_all_gather_needs_fp8_and_fsdp2() -> None:
@@ -411,3 +463,31 @@ def test_cpsat_optimum_equals_oracle_where_the_backward_s_grads_bind() -> None:
         assert ref.objective is not None
         assert res.solver.objective == ref.objective
         assert res.memory.gradients > res.memory.weights * 2  # fp32 (4 B) + the bf16 grads
+
+
+def test_cpsat_optimum_equals_oracle_with_float8_linear_s_saved_weights() -> None:
+    # torchtitan FP8, 48 layers of Llama-3-8B's shape on 8 H100s: the saved casts (1 byte a layer
+    # parameter) push the unrecomputed layouts out of memory
+    from meshplan.solver import PlanRequest, plan
+    from meshplan.solver.oracle import oracle
+
+    model = MODEL | {"num_layers": 48, "hidden_size": 4096, "ffn_hidden_size": 14336}
+    model |= {"num_attention_heads": 32, "num_kv_heads": 8, "vocab_size": 128256}
+    req = PlanRequest.model_validate(
+        {
+            "model": model,
+            "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8},
+            "training": {
+                "seq_len": 4096,
+                "global_batch_tokens": 4096 * 64,
+                "framework": "TORCHTITAN",
+                "precision": "FP8",
+            },
+            "options": {"explain": False, "time_limit_s": 60},
+        }
+    )
+    res, ref = plan(req), oracle(req)
+    assert ref.objective is not None
+    assert res.solver.objective == ref.objective
+    # without the saved casts it keeps every layer (one sequence a micro-batch); with them, not
+    assert res.config.recompute.value != "NONE"

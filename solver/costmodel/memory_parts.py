@@ -82,9 +82,13 @@ def kv_gathered(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     (pytorch @ 0123248 torch/distributed/tensor/experimental/_attention.py _AllGatherRotater;
     torchtitan @ 9dec370 config_manager.py context_parallel_rotate_method 'allgather')."""
     A = c.A
-    heads = A.a if c.recipe.kv_repeated else A.kv
-    per_rank = maximum(heads * A.head_dim / lay.tp, A.head_dim)  # kv heads < tp: replicated
-    return pick(lay.cp > 1, c.s * 2 * per_rank * ACT_BYTES, 0.0)
+    # multi-head latent attention up-projects K and V to every query head, K at qk_nope +
+    # qk_rope a head and V at v_head_dim (torchtitan @ b5bcd76 models/deepseek_v3/model.py
+    # Attention.forward: k = cat(k_nope, k_pe.expand), v split off wkv_b's output)
+    heads = A.a if (c.recipe.kv_repeated or A.mla) else A.kv
+    width = A.qk_dim + A.v_dim  # K and V of one head: 2·head_dim without MLA
+    per_rank = maximum(heads * width / lay.tp, width)  # kv heads < tp: replicated
+    return pick(lay.cp > 1, c.s * per_rank * ACT_BYTES, 0.0)
 
 
 def stage_layers(c: Ctx, stage: str) -> Callable[[tuple[int, int]], Fraction]:

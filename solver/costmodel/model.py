@@ -239,8 +239,8 @@ class CostModel:
         out = dict.fromkeys(TENANTS, 0)
         for k, v in m.base.by_name(p, rows, i).items():
             out[k] += v
-        for a, b in m.pairs:
-            out["activations"] += min(a.value(p, rows, i), b.value(p, rows, i))
+        for a, b in m.pairs:  # a pair's two terms bill one tenant
+            out[a.groups[0].terms[0].name] += min(a.value(p, rows, i), b.value(p, rows, i))
         return out
 
     def stage_bytes(self, p: Point, stage: str, rows: Rows | None = None, i: int = 0) -> int:

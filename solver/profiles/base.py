@@ -122,6 +122,9 @@ class Recipe:
     # last stage: bytes per token per h the final norm keeps for backward (on the sequence
     # shard), beside the output layer's whole input (memory.py); 0: not counted
     final_norm: int = 0
+    # bytes per layer parameter (tp-local, never dp-sharded) of the FP8 weight each eager
+    # torchao Float8Linear casts and saves for backward, once per micro-batch in flight (memory.py)
+    fp8_saved_weights: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -28,6 +28,13 @@ from meshplan.solver.schema import Framework, LossKernel
 # The final norm is eager RMSNorm outside any checkpointed block (torchtitan @ 9dec370
 # models/norms.py RMSNorm: self._norm(x.float()).type_as(x) * self.weight keeps the fp32 input
 # and the bf16 normalized output, 4 + 2 bytes per h), and the output layer keeps its input.
+# torchao's Float8Linear (tensorwise scaling: torchtitan's default and the export's recipe) casts
+# its weight to FP8 on every forward and saves that cast for backward, 1 byte a weight element
+# (pytorch/ao @ 0afa4c1 torchao/float8/float8_linear.py: Float8Linear.forward
+# _cast_weight_to_float8_t, matmul_with_hp_or_float8_args.forward save_for_backward(input_hp,
+# weight_hp_t); force_recompute_fp8_weight_in_bwd is deprecated there and changes nothing)
+FLOAT8_SAVED_WEIGHT = 1
+
 _TORCHTITAN = Recipe(
     2,
     4,
@@ -61,7 +68,7 @@ TORCHTITAN = Profile(
     moe_with_pp=True,
     tied_with_pp=True,
     bf16=_TORCHTITAN,
-    fp8_recipe=_TORCHTITAN,
+    fp8_recipe=replace(_TORCHTITAN, fp8_saved_weights=FLOAT8_SAVED_WEIGHT),
     export="torchtitan",
     interleave_torch_rounds=True,  # Interleaved1F1B is PyTorch's schedule
     # torchtitan 0.3.0 (distributed/parallel_dims.py): "EP borrows ranks from FSDP and TP:
@@ -133,7 +140,8 @@ KEMPNERFORGE = Profile(
     moe_with_pp=False,  # config/job.py: "MoE + Pipeline Parallelism is not supported"
     tied_with_pp=False,  # config/job.py: tied embeddings are not supported with pp
     bf16=_KEMPNERFORGE,
-    fp8_recipe=_KEMPNERFORGE,  # Float8Linear converts the matmuls only
+    # Float8Linear converts the matmuls only, and saves the FP8 weight it casts
+    fp8_recipe=replace(_KEMPNERFORGE, fp8_saved_weights=FLOAT8_SAVED_WEIGHT),
     export="kempnerforge",
     timing=FrameworkTiming(
         kernels="TORCH",

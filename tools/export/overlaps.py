@@ -14,7 +14,8 @@ framework's own switches, names at the commits solver/profiles/ cites:
   sends overlap only in the interleaved schedule (overlap_p2p_comm is forced off without it).
 - torchtitan (torchtitan/config/job_config.py @ e347b1e): parallelism.enable_async_tensor_parallel,
   which "requires 'model' in --compile.components and --compile.enable"
-  (torchtitan/distributed/tensor_parallel.py); parallelism.context_parallel_rotate_method
+  (torchtitan/distributed/tensor_parallel.py); compile.components also follow the memory bill
+  (training.compiled: 'model'; loss_kernel COMPILED: 'loss'); parallelism.context_parallel_rotate_method
   "allgather"; FSDP2 prefetches its all-gathers on its own.
 - DeepSpeed (deepspeed/runtime/zero/config.py @ 38327e0): zero_optimization.overlap_comm.
 - KempnerForge: FSDP2 overlaps on its own; nothing else is switchable.
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel.framework_timing import Overlaps, overlaps_for
-from meshplan.solver.schema import ParallelConfig, Recompute, TrainingSpec
+from meshplan.solver.schema import LossKernel, ParallelConfig, Recompute, TrainingSpec
 
 Args = list[tuple[str, object]]
 
@@ -133,9 +134,21 @@ def device_connections(c: ParallelConfig, ep_overlap: bool) -> str:
 def torchtitan(c: ParallelConfig, A: Arch, t: TrainingSpec) -> tuple[dict, dict, list[str]]:
     """(parallelism keys, other sections, notes) for the assumed overlaps in torchtitan."""
     ov, par, other, notes = assumed(t), {}, {}, []
-    if ov.tp and c.tp > 1:
+    async_tp = ov.tp and c.tp > 1
+    if async_tp:
         par["enable_async_tensor_parallel"] = True
-        other["compile"] = {"enable": True, "components": ["model", "loss"]}
+    # compile.components as the plan was billed: the blocks when training.compiled (or async
+    # TP, which needs them compiled), the loss when its kernel is LossKernel.COMPILED
+    components = ["model"] if (t.compiled or async_tp) else []
+    if t.loss_kernel is LossKernel.COMPILED:
+        components.append("loss")
+    if components:
+        other["compile"] = {"enable": True, "components": components}
+    if async_tp and not t.compiled:
+        notes.append(
+            "async TP compiles the blocks, whose activations the plan billed eager "
+            "(training.compiled bills them compiled)"
+        )
     if c.cp > 1:
         par["context_parallel_rotate_method"] = "allgather"
         if ov.cp and ov.cp_ring:

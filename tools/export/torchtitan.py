@@ -119,6 +119,7 @@ def render(
         # expert parallelism on the all-to-all dispatcher the registry builds
         training["disable_cuda_graphs"] = True
     compile_on = "compile" in overlap_other
+    components = overlap_other["compile"]["components"] if compile_on else []
     async_tp = bool(overlap_par.get("enable_async_tensor_parallel"))
     ac = {
         Recompute.NONE: "None",
@@ -130,9 +131,7 @@ def render(
     converters = ""
     if t.precision is Precision.FP8:  # torchao float8 (tensorwise), the lm_head left in bf16
         imports.append("from torchtitan.components.quantization import Float8LinearConverter")
-        converters = (
-            f", converters=[Float8LinearConverter.Config(model_compile_enabled={compile_on})]"
-        )
+        converters = f", converters=[Float8LinearConverter.Config(model_compile_enabled={'model' in components})]"
     imports.append(f"from torchtitan.config import {', '.join(config_names)}")
     if c.recompute is not Recompute.NONE:
         policy = "FullAC" if c.recompute is Recompute.FULL else "SelectiveAC"
@@ -154,7 +153,7 @@ def render(
         *overlaps.note_lines(notes),
     ]
     compile_cfg = (
-        f"CompileConfig(enable=True, components=['model', 'loss'], "
+        f"CompileConfig(enable=True, components={components!r}, "
         f"enable_async_tensor_parallel={async_tp})"
         if compile_on
         else "base.compile"
