@@ -153,8 +153,9 @@ class SchedulerServicer:
             raise invalid(err, req) from err
         if prepared.key is not None:
             self.answers[prepared.key] = answer.SerializeToString()
-        # what the query left in the caches (its curve's cells) out of the full collections:
-        # in the server process they ran 100-500 ms under the fuzz, and the loop waited them out
+        # what the query left in the caches (its curve's cells) out of the full collections,
+        # which in the server process wait for an idle moment (server/memory.py
+        # collect_when_idle): under the fuzz each took 100-500 ms, and the loop waited it out
         settle_heap()
         return answer
 
