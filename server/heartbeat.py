@@ -6,7 +6,13 @@ took its call; `kill_after_s` while it is busy by its own word: a solve, or the 
 it, may hold its GIL in native code for a while) is killed, logged and replaced; a call it was
 sent and had not taken is started again on a worker that answers (`Recalled`), rather than
 waiting for its deadline (one it took fails: WorkerLost, as when a stop is not heeded). A
-worker found dead while idle is logged and replaced before a call is sent to it."""
+worker found dead while idle is logged and replaced before a call is sent to it.
+
+A worker still settling its heap after its last call (a full collection holds its GIL, and on a
+starved CPU it took over 10 s here) is not killed for the call sent behind it, which it never
+took: that call is taken back (`rest`: started again elsewhere, or ended if it was stopped) and
+the worker rests out of the pool until it says it has settled; it is killed, with no call to
+blame, only if it rests longer than REST_LIMIT kill_after_s."""
 
 from __future__ import annotations
 
@@ -16,9 +22,11 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
-from meshplan.server.tasks import Pool, Task, how_it_ended
+from meshplan.server.tasks import Pool, Recalled, Task, how_it_ended, settle_from_any_thread
 
 log = logging.getLogger("meshplan.server")
+
+REST_LIMIT = 6  # a resting worker not settled after this many kill_after_s is killed
 
 
 class Heartbeat:
@@ -34,9 +42,70 @@ class Heartbeat:
     taken: int
     settled: int
     unresponsive: bool
+    standby: Task | None
+    resting: int  # the last call taken back while the worker settled (0: not resting)
+    resting_since: float
 
     def send_ctrl(self, message: tuple[str, int]) -> None:
         raise NotImplementedError  # server.courier.Courier's
+
+    def rest(self, task: Task, why: str) -> bool:
+        """The worker never took `task`, its current call, and has not settled after its last
+        one: take `task` back (and the call queued behind it), each `Recalled` (started again
+        elsewhere, or ended if stopped), and keep the worker out of the pool until it has
+        settled (`_check_rest`). False if `task` is not its current call any more. From any
+        thread."""
+        with self.runner._lock:
+            if self.current is not task or self.taken >= task.seq:
+                return False
+            following, self.standby = self.standby, None
+            self.current = None
+            self.resting = (following or task).seq
+            self.resting_since = time.monotonic()
+        proc = self.proc
+        log.warning(
+            "solver process %d (pid %s) has not taken its call within %s: it is still settling "
+            "its heap after the last one (a garbage collection on a starved CPU); the call is "
+            "taken back and the process rests until it has settled (call: %s)",
+            self.index,
+            proc.pid if proc is not None else None,
+            why,
+            getattr(task.stop, "label", "") or "unnamed",
+        )
+        for t in (task, following):
+            if t is not None:
+                t.recall_sent = True
+                self.send_ctrl(("recall", t.seq))  # the worker answers it None, unrun
+                t.forget_stop()
+                settle_from_any_thread(t, False, Recalled("its worker was still settling"))
+        return True
+
+    def _check_rest(self) -> bool:
+        """A resting worker pinged: back in the pool once it has settled the calls taken back;
+        True (replace it) once it has rested longer than REST_LIMIT kill_after_s."""
+        proc = self.proc
+        if proc is None or not proc.is_alive():
+            self.resting = 0
+            return True
+        self._ping(self.resting)  # reads what it said: took, settled
+        if self.settled >= self.resting:
+            self.resting = 0
+            self.runner._free(self)
+            return False
+        limit = REST_LIMIT * self.runner.kill_after_s
+        if time.monotonic() - self.resting_since < limit:
+            return False  # a collection on a starved CPU holds its GIL (no pong): no call waits
+        log.warning(
+            "solver process %d (pid %s) has not settled its heap within %g s; killing and "
+            "replacing it (no call was waiting on it)",
+            self.index,
+            proc.pid,
+            limit,
+        )
+        self.resting = 0
+        self.ready.clear()
+        proc.kill()
+        return True
 
     def _heartbeat(self) -> bool:
         """Ping the worker; True if it must be replaced now (it was idle: no call is lost).
@@ -46,6 +115,8 @@ class Heartbeat:
         proc = self.proc
         if proc is None or not self.ready.is_set() or self.runner._closed:
             return False
+        if self.resting:
+            return self._check_rest()
         with self.runner._lock:
             idle = self in self.runner._idle
             if idle:  # taken out of the idle list: no call is sent to it while it is pinged
@@ -74,6 +145,9 @@ class Heartbeat:
         busy = self.settled < self.taken
         task = self.current
         again = not idle and task is not None and self.taken < task.seq
+        if again and busy and task is not None:  # settling after its last call: not stuck in one
+            self.rest(task, f"{self.runner.kill_after_s:g} s")
+            return False
         log.warning(
             "solver process %d (pid %s) did not answer a ping within %g s (stopped, or stuck); "
             "killing and replacing it%s%s",

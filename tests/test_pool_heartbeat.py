@@ -149,3 +149,91 @@ def test_a_worker_holding_its_gil_in_a_call_it_took_is_not_taken_for_stopped() -
     finally:
         pool.close()
         pool.join()
+
+
+def slow_settle(seconds: float, *, stop: threading.Event) -> int:
+    """A call whose worker then settles its heap for `seconds` holding its GIL (as a full
+    collection on a starved CPU does): its ping thread cannot answer meanwhile (run in a worker
+    process; the worker's settle_heap looks the function up at each call)."""
+    import sys
+
+    from meshplan.server import memory
+
+    def settle() -> bool:
+        memory.settle_heap = real
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(10 * seconds)  # no other thread of the worker gets the GIL
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+        sys.setswitchinterval(interval)
+        return False
+
+    real = memory.settle_heap
+    memory.settle_heap = settle
+    return os.getpid()
+
+
+SETTLE_S, KILL_AFTER_S = 3.0, 1.0
+
+
+def test_a_worker_settling_after_its_call_is_not_killed_for_the_call_sent_behind_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The next call was sent while the worker settled (and never taken): the heartbeat takes it
+    back instead of killing the worker, which rests until it has settled and then runs it."""
+    pool = ProcessRunner(
+        1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S, kill_after_s=KILL_AFTER_S
+    )
+    caplog.set_level(logging.WARNING, "meshplan.server")
+    try:
+        assert pool.wait_ready(120) == 1
+        (pid,) = pool.pids()
+        settings = Settings(solver_processes=1, max_concurrent_solves=1)
+
+        async def go() -> tuple[int, int]:
+            rt = Runtime(settings, Metrics(), pool)
+            call = CallState("Plan", "r1", "a", deadline=time.monotonic() + 60)
+            first = await rt.solve(call, "Plan", slow_settle, SETTLE_S)
+            return first, await rt.solve(call, "Plan", pid_of, 0.0)
+
+        assert asyncio.run(go()) == (pid, pid)  # the same worker ran both: none was killed
+        assert pool.pids() == [pid]
+        words = [r.getMessage() for r in caplog.records]
+        assert not any("killing" in w for w in words), words
+        assert any("still settling" in w and "rests" in w for w in words), words
+    finally:
+        pool.close()
+        pool.join()
+
+
+def test_a_stop_does_not_kill_a_worker_that_never_took_the_stopped_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The call's deadline passes while it waits behind the worker's settling: the call ends
+    (Recalled: it never ran) and its worker is kept, not killed for a stop it never saw."""
+    pool = ProcessRunner(1, warm=False, heartbeat_s=60, answer_s=60, kill_after_s=KILL_AFTER_S)
+    caplog.set_level(logging.WARNING, "meshplan.server")
+    try:
+        assert pool.wait_ready(120) == 1
+        (pid,) = pool.pids()
+
+        async def go() -> BaseException | None:
+            assert await pool.start(slow_settle, SETTLE_S, stop=StopEvent()) == pid
+            stop = StopEvent()
+            asyncio.get_running_loop().call_later(0.2, stop.set)
+            try:
+                await pool.start(pid_of, 0.0, stop=stop)
+            except Exception as err:  # noqa: BLE001
+                return err
+            return None
+
+        pool._couriers[0].taken = 1  # what its heartbeat (here idle: 60 s) would have read
+        err = asyncio.run(go())
+        assert isinstance(err, Recalled), err
+        words = [r.getMessage() for r in caplog.records]
+        assert not any("killing" in w for w in words), words
+        assert pool.pids() == [pid]
+    finally:
+        pool.close()
+        pool.join()
