@@ -124,22 +124,13 @@ class Heartbeat:
             elif self.current is None:
                 return False  # being handed a call: the next beat checks it
         if not proc.is_alive():
-            if not idle:
-                return False  # the call's loop reads the closed pipe and replaces it
-            log.warning(
-                "solver process %d (pid %s) ended while idle (%s); replacing it",
-                self.index,
-                proc.pid,
-                how_it_ended(proc.exitcode),
-            )
-            self.ready.clear()
-            return True
+            return self._ended(proc, idle)
         if self._ping(0 if idle or self.current is None else self.current.seq):
             if idle:
                 self.runner._free(self)
             return False
-        if not proc.is_alive():
-            return False  # it ended while pinged: the call's loop, or the next beat, sees it
+        if not proc.is_alive():  # it ended while pinged (taken out of the idle list: replaced)
+            return self._ended(proc, idle)
         # A call the worker never took is started again elsewhere; one it took and is stuck in
         # may be what holds it (native code): it fails, as a stop that is not heeded does.
         busy = self.settled < self.taken
@@ -161,6 +152,20 @@ class Heartbeat:
         self.unresponsive = again
         proc.kill()
         return idle
+
+    def _ended(self, proc: multiprocessing.process.BaseProcess, idle: bool) -> bool:
+        """The worker has ended: True (replace it now) if it was idle; with a call, its loop
+        reads the closed pipe and replaces it."""
+        if not idle:
+            return False
+        log.warning(
+            "solver process %d (pid %s) ended while idle (%s); replacing it",
+            self.index,
+            proc.pid,
+            how_it_ended(proc.exitcode),
+        )
+        self.ready.clear()
+        return True
 
     def _ping(self, working_on: int) -> bool:
         """Whether the worker answers a ping in time (its pipe is read on this thread only). It is

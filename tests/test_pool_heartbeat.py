@@ -237,3 +237,35 @@ def test_a_stop_does_not_kill_a_worker_that_never_took_the_stopped_call(
     finally:
         pool.close()
         pool.join()
+
+
+def test_a_worker_that_dies_while_its_idle_ping_is_on_the_way_is_replaced() -> None:
+    """Killed between the heartbeat's look and its ping's answer: the courier, taken out of the
+    idle list for the ping, is replaced, not lost (a call then waited for it for ever)."""
+    pool = ProcessRunner(1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S)
+    try:
+        assert pool.wait_ready(120) == 1
+        (pid,) = pool.pids()
+        courier = pool._couriers[0]
+        real = courier._ping
+        pinged = threading.Event()
+
+        def ping_as_it_dies(working_on: int) -> bool:
+            if pinged.is_set():
+                return real(working_on)
+            pinged.set()
+            assert courier.proc is not None
+            courier.proc.kill()
+            courier.proc.join(10)
+            return False
+
+        courier._ping = ping_as_it_dies  # type: ignore[method-assign]
+        assert pinged.wait(30)
+
+        async def go() -> int:
+            return await asyncio.wait_for(pool.start(pid_of, 0.0, stop=StopEvent()), 120)
+
+        assert asyncio.run(go()) != pid  # a new worker answered: the courier was not lost
+    finally:
+        pool.close()
+        pool.join()
