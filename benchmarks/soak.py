@@ -328,8 +328,19 @@ def _load_rows(load: dict[str, Any], limit: float) -> list[list[str]]:
         ["tree RSS", f"{load['rss_before_mb']:.0f} MB -> peak {load['rss_peak_mb']:.0f} MB -> {load['rss_after_mb']:.0f} MB (limit {limit:.0f} MB)"],
         ["health Check, no caller (the machine's floor)", _quiet_text(load)],
         ["server's event-loop lag (every 0.1 s)", _lag_text(load.get("loop_lag"))],
+        ["event-loop thread: CPU, wait for a CPU", _sched_text(load.get("loop_sched"))],
         ["machine load average (1, 5, 15 min)", " -> ".join(", ".join(f"{x:.1f}" for x in avg) for avg in load.get("loadavg", []))],
     ]  # fmt: skip
+
+
+def _sched_text(sched: dict[str, Any] | None) -> str:
+    if not sched:
+        return "n/a (no /proc/PID/task/TID/schedstat)"
+    per = sched["run_queue_s"] / max(sched["slices"], 1)
+    return (
+        f"CPU {sched['cpu_s']:.1f} s, waited {sched['run_queue_s']:.1f} s on the run queue over "
+        f"{sched['slices']:,} time slices ({fmt_s(per)} a slice)"
+    )
 
 
 def _quiet_text(load: dict[str, Any]) -> str:
