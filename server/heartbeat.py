@@ -9,8 +9,8 @@ waiting for its deadline (one it took fails: WorkerLost, as when a stop is not h
 worker found dead while idle is logged and replaced before a call is sent to it.
 
 A worker still settling its heap after its last call (a full collection holds its GIL, and on a
-starved CPU it took over 10 s here) is not killed for the call sent behind it, which it never
-took: that call is taken back (`rest`: started again elsewhere, or ended if it was stopped) and
+starved CPU it took over 10 s here) is not killed for it, idle or with a call sent behind it
+that it never took: that call is taken back (`rest`: started again elsewhere, or ended if it was stopped) and
 the worker rests out of the pool until it says it has settled; it is killed, with no call to
 blame, only if it rests longer than REST_LIMIT kill_after_s."""
 
@@ -138,6 +138,17 @@ class Heartbeat:
         again = not idle and task is not None and self.taken < task.seq
         if again and busy and task is not None:  # settling after its last call: not stuck in one
             self.rest(task, f"{self.runner.kill_after_s:g} s")
+            return False
+        if idle and busy:  # no call: it settles its heap after the last one; rest, not kill
+            with self.runner._lock:
+                self.resting, self.resting_since = self.taken, time.monotonic()
+            log.info(
+                "solver process %d (pid %s) is still settling its heap after its last call "
+                "%g s on; it rests until it has settled",
+                self.index,
+                proc.pid,
+                self.runner.kill_after_s,
+            )
             return False
         log.warning(
             "solver process %d (pid %s) did not answer a ping within %g s (stopped, or stuck); "

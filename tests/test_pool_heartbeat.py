@@ -269,3 +269,24 @@ def test_a_worker_that_dies_while_its_idle_ping_is_on_the_way_is_replaced() -> N
     finally:
         pool.close()
         pool.join()
+
+
+def test_an_idle_worker_settling_for_longer_than_a_ping_allows_is_not_killed() -> None:
+    """No call waits: the worker rests until it has settled, then takes the next call."""
+    pool = ProcessRunner(
+        1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S, kill_after_s=KILL_AFTER_S
+    )
+    try:
+        assert pool.wait_ready(120) == 1
+        (pid,) = pool.pids()
+
+        async def go() -> tuple[int, int]:
+            first = await pool.start(slow_settle, SETTLE_S, stop=StopEvent())
+            await asyncio.sleep(SETTLE_S)  # pinged while it settles, with no call sent
+            return first, await asyncio.wait_for(pool.start(pid_of, 0.0, stop=StopEvent()), 60)
+
+        assert asyncio.run(go()) == (pid, pid)
+        assert pool.pids() == [pid]
+    finally:
+        pool.close()
+        pool.join()
