@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import sys
 import threading
@@ -45,7 +44,7 @@ from meshplan.server.runtime import Runtime
 from meshplan.server.scheduler import SchedulerServicer
 from meshplan.server.servicer import PlannerServicer
 from meshplan.server.settings import Settings
-from meshplan.server.slices import ask_for_short_slices, name_this_thread
+from meshplan.server.threadnames import name_this_thread
 from meshplan.server.tls import CertificateFiles
 from meshplan.server.work import EvaluateFn, PlanFn
 from meshplan.v1 import planner_pb2
@@ -297,8 +296,6 @@ class PlannerServer:
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
         name_this_thread("meshplan-loop")  # for top -H, and the soak's run-queue figures
-        if os.environ.get("MESHPLAN_EXPERIMENT_SLICE"):
-            ask_for_short_slices()  # picked sooner when it wakes on a busy machine
         self.loop.run_forever()
 
     def _stop_loop(self) -> None:
