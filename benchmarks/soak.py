@@ -23,7 +23,8 @@ plaintext health port, tokens, JSON logs). Phases:
         [--only load|fuzz|memory] [--cache-mib ANSWERS CURVES] [--server-python PATH]
 
 `--only memory` runs the memory phase alone on a server with the answer and curve caches bounded
-at `--cache-mib` MiB (default 16 and 48), so 32 curves overflow both in minutes (the default
+at `--cache-mib` MiB (default 8 and 48: full after ~9 and 2 curves), so 32 curves overflow both
+in minutes, and the server's RSS over the second half shows what they leave unbounded (the default
 bounds take ~256 curves, ~45 min on 2 shared cores). `--only load` runs the load phase alone
 (the health and RSS targets: a minute, to compare two commits in alternating runs);
 `--server-python` runs the server with another interpreter (another checkout's
@@ -69,7 +70,7 @@ FULL = {
 }
 QUICK = {"clients": 8, "seconds": 3.0, "fuzz": 200, "curves": 1, "replan_s": 5.0, "idle_s": 2.0}
 OBSERVATIONS = 12_000  # of the query in flight at SIGTERM
-MEMORY_CURVES, MEMORY_CACHE_MIB = 32, [16, 48]  # `--only memory`: curves; the caches' bounds
+MEMORY_CURVES, MEMORY_CACHE_MIB = 32, [8, 48]  # `--only memory`: curves; the caches' bounds
 GRACE_S = 30.0  # the server's default grace period (Settings.grace_period_s)
 _SERVING = re.compile(r"on [^ ]+:(\d+) \(")
 _HEALTH = re.compile(r"in plaintext, on :(\d+)")
@@ -182,13 +183,13 @@ def main(argv: list[str] | None = None) -> int:
         a.seconds or base["seconds"],
         a.fuzz or base["fuzz"],
     )
-    curves = a.curves or base["curves"]
+    curves = a.curves or (MEMORY_CURVES if a.only == "memory" else base["curves"])
     print(header("soak", clients=clients, seconds=seconds, fuzz=fuzz, curves=curves), flush=True)
     tokens = [
         f"soak-client-{i:03d}-{os.urandom(6).hex()}" for i in range(max(clients, FUZZ_THREADS))
     ]
     if a.only == "memory":
-        return _memory_only(tokens, a.curves or MEMORY_CURVES, a.cache_mib, a.server_python, a.json)
+        return _memory_only(tokens, curves, a.cache_mib, a.server_python, a.json)
     with tempfile.TemporaryDirectory(prefix="meshplan-soak-") as tmp:
         server = Server(Path(tmp), tokens, a.server_python)
         try:
@@ -247,22 +248,27 @@ def _memory_only(
         try:
             own_before = server.rss_mb()
             mem = memory_phase(server, tokens[1], curves, FULL["replan_s"])
-            mem["server_rss_before_mb"], mem["server_rss_after_mb"] = own_before, server.rss_mb()
+            mem["server_rss_before_mb"] = own_before
         finally:
             server.stop()
     mem["cache_bounds_mb"] = sum(cache_mib) * 2**20 / 1e6
-    grown = mem["server_rss_after_mb"] - mem["server_rss_before_mb"]
+    # past the first half the caches are full: what the server grows by then is what they do
+    # not bound (the first calls' fixed costs, threads and heaps, come before)
+    half = mem["server_rss_half_mb"] or mem["server_rss_before_mb"]
+    late = mem["server_rss_end_mb"] - half
+    grown = mem["server_rss_end_mb"] - mem["server_rss_before_mb"]
     limit = deployment_limit_mb()
     print(table(["memory (caches bounded)", "value"], [
         ["answer and curve cache bounds", f"{cache_mib[0]} and {cache_mib[1]} MiB ({mem['cache_bounds_mb']:.0f} MB in all)"],
         ["78-byte Replan", f"{_codes({k: v for k, v in mem['codes'].items() if k.startswith('replan')})} in {mem['replan_s']:.1f} s; tree peak {mem['replan_peak_mb']:.0f} MB"],
         [f"{curves} 4,096-cell curves", f"{_codes({k: v for k, v in mem['codes'].items() if k.startswith('curve')})} in {mem['curves_s']:.1f} s"],
-        ["server process RSS", f"{mem['server_rss_before_mb']:.0f} MB -> {mem['server_rss_after_mb']:.0f} MB (grew {grown:.0f} MB; caches bounded at {mem['cache_bounds_mb']:.0f} MB)"],
+        ["server process RSS", f"{mem['server_rss_before_mb']:.0f} MB -> {half:.0f} MB at half the curves -> {mem['server_rss_end_mb']:.0f} MB (grew {grown:.0f} MB, {late:+.0f} MB over the second half; caches bounded at {mem['cache_bounds_mb']:.0f} MB)"],
         ["tree RSS", f"{mem['rss_before_mb']:.0f} MB -> peak {mem['peak_mb']:.0f} MB -> {mem['rss_after_mb']:.0f} MB (limit {limit:.0f} MB)"],
     ]))  # fmt: skip
-    within = grown <= mem["cache_bounds_mb"] and mem["peak_mb"] <= limit
-    print(f"\nsummary: server growth within its cache bounds and tree peak within the limit: "
-          f"{'met' if within else 'MISSED'}")  # fmt: skip
+    # bounded: no growth past the caches' fill beyond 5% of their bounds, and the tree's peak
+    within = late <= 0.05 * mem["cache_bounds_mb"] and mem["peak_mb"] <= limit
+    print(f"\nsummary: the server flat once its caches are full ({late:+.0f} MB) and the tree's "
+          f"peak within the limit: {'met' if within else 'MISSED'}")  # fmt: skip
     write_json(json_path, {"report": {"memory": mem, "limit_mb": limit}})
     return 0
 
