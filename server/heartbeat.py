@@ -10,9 +10,9 @@ worker found dead while idle is logged and replaced before a call is sent to it.
 
 A worker still settling its heap after its last call (a full collection holds its GIL, and on a
 starved CPU it took over 10 s here) is not killed for it, idle or with a call sent behind it
-that it never took: that call is taken back (`rest`: started again elsewhere, or ended if it was stopped) and
-the worker rests out of the pool until it says it has settled; it is killed, with no call to
-blame, only if it rests longer than REST_LIMIT kill_after_s."""
+that it never took: that call is taken back (`rest`: started again elsewhere, or ended if it
+was stopped) and the worker rests out of the pool until it says it has settled; it is killed,
+with no call to blame, only if it rests longer than REST_LIMIT kill_after_s."""
 
 from __future__ import annotations
 

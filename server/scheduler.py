@@ -126,7 +126,8 @@ class SchedulerServicer:
         """The response message of a scheduler query: its request (its bytes as `Wire`, a proto
         message, or Malformed) checked, parsed, looked up and answered on a query thread, never
         on the event loop (a 1 MiB request takes a second to convert); RpcFailure for what is
-        not an answer. Callable from outside gRPC (the HTTP front end) inside `Runtime.unary`'s body."""
+        not an answer. Callable from outside gRPC (the HTTP front end) inside `Runtime.unary`'s
+        body."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.queries, self._run, method, request, call, loop)
 
