@@ -134,14 +134,18 @@ class Heartbeat:
         # A call the worker never took is started again elsewhere; one it took and is stuck in
         # may be what holds it (native code): it fails, as a stop that is not heeded does.
         busy = self.settled < self.taken
-        task = self.current
-        again = not idle and task is not None and self.taken < task.seq
+        with self.runner._lock:  # read again: its call may have ended during the ping
+            task = self.current
+            settling = task is None and busy  # it answered its last call and settles its heap
+            if settling:  # out of the pool (it may have gone back in during the ping)
+                if self in self.runner._idle:
+                    self.runner._idle.remove(self)
+                self.resting, self.resting_since = self.taken, time.monotonic()
+        again = task is not None and self.taken < task.seq
         if again and busy and task is not None:  # settling after its last call: not stuck in one
             self.rest(task, f"{self.runner.kill_after_s:g} s")
             return False
-        if idle and busy:  # no call: it settles its heap after the last one; rest, not kill
-            with self.runner._lock:
-                self.resting, self.resting_since = self.taken, time.monotonic()
+        if settling:  # no call: it settles its heap after the last one; rest, not kill
             log.info(
                 "solver process %d (pid %s) is still settling its heap after its last call "
                 "%g s on; it rests until it has settled",

@@ -290,3 +290,41 @@ def test_an_idle_worker_settling_for_longer_than_a_ping_allows_is_not_killed() -
     finally:
         pool.close()
         pool.join()
+
+
+def test_a_worker_whose_call_ends_during_a_ping_and_then_settles_is_not_killed() -> None:
+    """A ping goes out while the call runs; the call ends, and the worker settles past the
+    ping's wait: it was taken for stuck (no call named) and killed; now it rests, then serves."""
+    pool = ProcessRunner(
+        1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S, kill_after_s=KILL_AFTER_S
+    )
+    try:
+        assert pool.wait_ready(120) == 1
+        (pid,) = pool.pids()
+        courier = pool._couriers[0]
+        real = courier._ping
+        timed_out = threading.Event()
+
+        def ping_that_outlives_the_call(working_on: int) -> bool:
+            if timed_out.is_set() or courier.current is None:
+                return real(working_on)
+            end = time.monotonic() + 30
+            while courier.current is not None and time.monotonic() < end:
+                time.sleep(0.01)  # the call answers (its worker settles for SETTLE_S)
+            real(working_on)  # reads its word: took, and not settled
+            timed_out.set()
+            return False  # as a ping unanswered within its wait
+
+        courier._ping = ping_that_outlives_the_call  # type: ignore[method-assign]
+
+        async def go() -> tuple[int, int]:
+            first = await pool.start(slow_settle, SETTLE_S, stop=StopEvent())
+            while not timed_out.is_set():
+                await asyncio.sleep(0.05)
+            return first, await asyncio.wait_for(pool.start(pid_of, 0.0, stop=StopEvent()), 60)
+
+        assert asyncio.run(go()) == (pid, pid)
+        assert pool.pids() == [pid]
+    finally:
+        pool.close()
+        pool.join()
