@@ -20,11 +20,15 @@ plaintext health port, tokens, JSON logs). Phases:
 4. SIGTERM with a query of 12,000 observations in flight: exit 0 within the grace period.
 
     python -m benchmarks soak [--quick] [--clients N] [--seconds S] [--fuzz N] [--curves N]
-        [--only load|fuzz] [--server-python PATH]
+        [--only load|fuzz|memory] [--cache-mib ANSWERS CURVES] [--server-python PATH]
 
-`--only load` runs the load phase alone (the health and RSS targets: a minute, to compare two
-commits in alternating runs); `--server-python` runs the server with another interpreter (another
-checkout's .venv/bin/python: the server that checkout installs, measured by this benchmark).
+`--only memory` runs the memory phase alone on a server with the answer and curve caches bounded
+at `--cache-mib` MiB (default 8 and 48: full after ~9 and 2 curves), so 32 curves overflow both
+in minutes, and the server's RSS over the second half shows what they leave unbounded (the default
+bounds take ~256 curves, ~45 min on 2 shared cores). `--only load` runs the load phase alone
+(the health and RSS targets: a minute, to compare two commits in alternating runs);
+`--server-python` runs the server with another interpreter (another checkout's
+.venv/bin/python: the server that checkout installs, measured by this benchmark).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ FULL = {
 }
 QUICK = {"clients": 8, "seconds": 3.0, "fuzz": 200, "curves": 1, "replan_s": 5.0, "idle_s": 2.0}
 OBSERVATIONS = 12_000  # of the query in flight at SIGTERM
+MEMORY_CURVES, MEMORY_CACHE_MIB = 32, [8, 48]  # `--only memory`: curves; the caches' bounds
 GRACE_S = 30.0  # the server's default grace period (Settings.grace_period_s)
 _SERVING = re.compile(r"on [^ ]+:(\d+) \(")
 _HEALTH = re.compile(r"in plaintext, on :(\d+)")
@@ -85,10 +90,16 @@ def deployment_limit_mb() -> float:
 class Server:
     """`python -m meshplan.server` on a free loopback port with JSON logs in a file."""
 
-    def __init__(self, workdir: Path, tokens: list[str], python: str | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        tokens: list[str],
+        python: str | None = None,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         (workdir / "tokens").write_text("\n".join(tokens) + "\n")
         self.log = workdir / "server.log"
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(settings or {}))  # MESHPLAN_* settings
         if python is None:  # this checkout's server; another interpreter brings its own
             env["PYTHONPATH"] = str(ROOT)
         cmd = [python or sys.executable, "-m", "meshplan.server", "--host", LOOPBACK, "--port", "0"]
@@ -149,7 +160,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, help=f"load duration (default {FULL['seconds']:.0f})")
     p.add_argument("--fuzz", type=int, help=f"fuzzed calls (default {FULL['fuzz']:,})")
     p.add_argument("--curves", type=int, help=f"4,096-cell curves (default {FULL['curves']})")
-    p.add_argument("--only", choices=["load", "fuzz"], help="run this phase alone")
+    p.add_argument(
+        "--only",
+        choices=["load", "fuzz", "memory"],
+        help="run this phase alone (memory: with the caches' bounds cut, see --cache-mib)",
+    )
+    p.add_argument(
+        "--cache-mib",
+        type=int,
+        nargs=2,
+        default=MEMORY_CACHE_MIB,
+        metavar=("ANSWERS", "CURVES"),
+        help="with --only memory: the answer cache's and the curve cache's bounds (MiB; "
+        f"default {MEMORY_CACHE_MIB[0]} {MEMORY_CACHE_MIB[1]}: {MEMORY_CURVES} curves overflow "
+        "both)",
+    )
     p.add_argument("--server-python", metavar="PATH", help="run the server with this interpreter")
     a = p.parse_args(argv)
     base = QUICK if a.quick else FULL
@@ -158,11 +183,13 @@ def main(argv: list[str] | None = None) -> int:
         a.seconds or base["seconds"],
         a.fuzz or base["fuzz"],
     )
-    curves = a.curves or base["curves"]
+    curves = a.curves or (MEMORY_CURVES if a.only == "memory" else base["curves"])
     print(header("soak", clients=clients, seconds=seconds, fuzz=fuzz, curves=curves), flush=True)
     tokens = [
         f"soak-client-{i:03d}-{os.urandom(6).hex()}" for i in range(max(clients, FUZZ_THREADS))
     ]
+    if a.only == "memory":
+        return _memory_only(tokens, curves, a.cache_mib, a.server_python, a.json)
     with tempfile.TemporaryDirectory(prefix="meshplan-soak-") as tmp:
         server = Server(Path(tmp), tokens, a.server_python)
         try:
@@ -197,6 +224,54 @@ def main(argv: list[str] | None = None) -> int:
     }
     _print(report)
     write_json(a.json, {"report": report})
+    return 0
+
+
+def _memory_only(
+    tokens: list[str],
+    curves: int,
+    cache_mib: list[int],
+    python: str | None,
+    json_path: str | None,
+) -> int:
+    """The memory phase alone, on a server whose answer and curve caches are bounded at
+    `cache_mib` MiB: `curves` distinct 4,096-cell curves (~0.9 MB of answer and ~20 MB of
+    curve each, by the caches' weights) overflow both in minutes, where the default bounds (64
+    and 96 MiB) take ~256 curves and ~45 min here. Reported: the server process's growth
+    against the two bounds, and the tree's peak."""
+    bounds = {
+        "MESHPLAN_ANSWER_CACHE_BYTES": str(cache_mib[0] * 2**20),
+        "MESHPLAN_CURVE_CACHE_BYTES": str(cache_mib[1] * 2**20),
+    }
+    with tempfile.TemporaryDirectory(prefix="meshplan-soak-") as tmp:
+        server = Server(Path(tmp), tokens, python, bounds)
+        try:
+            own_before = server.rss_mb()
+            mem = memory_phase(server, tokens[1], curves, FULL["replan_s"])
+            mem["server_rss_before_mb"] = own_before
+            time.sleep(6.0)  # the server returns freed heap every 5 s
+            mem["server_rss_end_mb"] = server.rss_mb()
+        finally:
+            server.stop()
+    mem["cache_bounds_mb"] = sum(cache_mib) * 2**20 / 1e6
+    # past the first half the caches are full: what the server grows by then is what they do
+    # not bound (the first calls' fixed costs, threads and heaps, come before)
+    half = mem["server_rss_half_mb"] or mem["server_rss_before_mb"]
+    late = mem["server_rss_end_mb"] - half
+    grown = mem["server_rss_end_mb"] - mem["server_rss_before_mb"]
+    limit = deployment_limit_mb()
+    print(table(["memory (caches bounded)", "value"], [
+        ["answer and curve cache bounds", f"{cache_mib[0]} and {cache_mib[1]} MiB ({mem['cache_bounds_mb']:.0f} MB in all)"],
+        ["78-byte Replan", f"{_codes({k: v for k, v in mem['codes'].items() if k.startswith('replan')})} in {mem['replan_s']:.1f} s; tree peak {mem['replan_peak_mb']:.0f} MB"],
+        [f"{curves} 4,096-cell curves", f"{_codes({k: v for k, v in mem['codes'].items() if k.startswith('curve')})} in {mem['curves_s']:.1f} s"],
+        ["server process RSS", f"{mem['server_rss_before_mb']:.0f} MB -> {half:.0f} MB at half the curves -> {mem['server_rss_end_mb']:.0f} MB (grew {grown:.0f} MB, {late:+.0f} MB over the second half; caches bounded at {mem['cache_bounds_mb']:.0f} MB)"],
+        ["tree RSS", f"{mem['rss_before_mb']:.0f} MB -> peak {mem['peak_mb']:.0f} MB -> {mem['rss_after_mb']:.0f} MB (limit {limit:.0f} MB)"],
+    ]))  # fmt: skip
+    within = mem["peak_mb"] <= limit
+    print(f"\nsummary: the tree's peak within the Deployment's limit: "
+          f"{'met' if within else 'MISSED'} ({mem['peak_mb']:.0f} of {limit:.0f} MB); the server "
+          f"{late:+.0f} MB over the second half (caches full; a curve in flight weighs ~20 MB)")  # fmt: skip
+    write_json(json_path, {"report": {"memory": mem, "limit_mb": limit}})
     return 0
 
 
@@ -261,8 +336,19 @@ def _load_rows(load: dict[str, Any], limit: float) -> list[list[str]]:
         ["tree RSS", f"{load['rss_before_mb']:.0f} MB -> peak {load['rss_peak_mb']:.0f} MB -> {load['rss_after_mb']:.0f} MB (limit {limit:.0f} MB)"],
         ["health Check, no caller (the machine's floor)", _quiet_text(load)],
         ["server's event-loop lag (every 0.1 s)", _lag_text(load.get("loop_lag"))],
+        ["event-loop thread: CPU, wait for a CPU", _sched_text(load.get("loop_sched"))],
         ["machine load average (1, 5, 15 min)", " -> ".join(", ".join(f"{x:.1f}" for x in avg) for avg in load.get("loadavg", []))],
     ]  # fmt: skip
+
+
+def _sched_text(sched: dict[str, Any] | None) -> str:
+    if not sched:
+        return "n/a (no /proc/PID/task/TID/schedstat)"
+    per = sched["run_queue_s"] / max(sched["slices"], 1)
+    return (
+        f"CPU {sched['cpu_s']:.1f} s, waited {sched['run_queue_s']:.1f} s on the run queue over "
+        f"{sched['slices']:,} time slices ({fmt_s(per)} a slice)"
+    )
 
 
 def _quiet_text(load: dict[str, Any]) -> str:

@@ -234,9 +234,11 @@ def load_phase(
 
     t0 = time.monotonic()
     lag_before = lag_buckets(getattr(server, "metrics_url", None))
+    sched_before = loop_schedstat(server.proc.pid)
     with PeakRss(server.proc.pid) as peak:
         asyncio.run(run())
     wall = time.monotonic() - t0
+    sched_after = loop_schedstat(server.proc.pid)
     lag = lag_between(lag_before, lag_buckets(getattr(server, "metrics_url", None)))
     health = results(probes, seconds)
     time.sleep(idle_s)  # the server returns freed memory every few seconds
@@ -256,4 +258,30 @@ def load_phase(
         "rss_peak_mb": peak.peak,
         "rss_after_mb": tree_rss_mb(server.proc.pid),
         "loop_lag": lag,
+        # the loop thread's CPU time and its wait on the CPU run queue over the load (s)
+        "loop_sched": (
+            None
+            if sched_before is None or sched_after is None
+            else {
+                "cpu_s": sched_after[0] - sched_before[0],
+                "run_queue_s": sched_after[1] - sched_before[1],
+                "slices": sched_after[2] - sched_before[2],
+            }
+        ),
     }
+
+
+def loop_schedstat(pid: int) -> tuple[float, float, int] | None:
+    """The server's event-loop thread's (CPU time s, time waiting on a run queue s, time slices
+    run) from Linux's /proc/PID/task/TID/schedstat (Documentation/scheduler/sched-stats.rst);
+    None where there is none."""
+    from pathlib import Path
+
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            if (task / "comm").read_text().strip() == "meshplan-loop":
+                run, wait, slices = (task / "schedstat").read_text().split()[:3]
+                return int(run) / 1e9, int(wait) / 1e9, int(slices)
+    except (OSError, ValueError):
+        return None
+    return None

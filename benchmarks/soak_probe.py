@@ -157,12 +157,21 @@ def memory_phase(server: Server, token: str, curves: int, replan_s: float) -> di
         replan_s = time.monotonic() - t0
         replan_peak = peak.peak
 
+        half: list[float] = []  # the server process's RSS once half the curves are answered
+        answered = Counter()
+
         def one(i: int) -> None:
             try:
                 c.scaling_curve(large_curve(i), timeout=120)
                 codes["curve OK"] += 1
             except PlannerError as err:
                 codes[f"curve {err.code.name}"] += 1
+            with lock:
+                answered["n"] += 1
+                if answered["n"] == max(curves // 2, 1):
+                    half.append(server.rss_mb())
+
+        lock = threading.Lock()
 
         t0 = time.monotonic()
         workers = [threading.Thread(target=lambda k=k: [one(i) for i in range(k, curves, 4)])
@@ -181,6 +190,8 @@ def memory_phase(server: Server, token: str, curves: int, replan_s: float) -> di
         "replan_peak_mb": replan_peak,
         "peak_mb": peak.peak,
         "rss_after_mb": tree_rss_mb(server.proc.pid),
+        "server_rss_half_mb": half[0] if half else None,
+        "server_rss_end_mb": server.rss_mb(),
     }
 
 

@@ -26,7 +26,13 @@ from meshplan.server.auth import AuthInterceptor, TokenSet
 from meshplan.server.dispatch import SolveRunner, ThreadRunner
 from meshplan.server.handlers import served, service_handler
 from meshplan.server.health import BoundedReflection, Health
-from meshplan.server.memory import freeze_startup_heap, keep_freed_heap, trim_periodically
+from meshplan.server.memory import (
+    collect_when_idle,
+    defer_full_passes,
+    freeze_startup_heap,
+    keep_freed_heap,
+    trim_periodically,
+)
 from meshplan.server.metrics import (
     Metrics,
     serve_metrics,
@@ -38,6 +44,7 @@ from meshplan.server.runtime import Runtime
 from meshplan.server.scheduler import SchedulerServicer
 from meshplan.server.servicer import PlannerServicer
 from meshplan.server.settings import Settings
+from meshplan.server.threadnames import name_this_thread
 from meshplan.server.tls import CertificateFiles
 from meshplan.server.work import EvaluateFn, PlanFn
 from meshplan.v1 import planner_pb2
@@ -126,6 +133,7 @@ class PlannerServer:
         self.http: Any = None  # server.http.site.HttpSite with settings.http_port
         self.http_port: int | None = None
         self._trim: Any = None  # the periodic malloc_trim task, once started
+        self._collect: Any = None  # the owed full collection, run when idle, once started
         self._lag: Any = None  # the event loop's lag, sampled for the metrics, once started
         self._unwatch_gc: Callable[[], None] | None = None  # collections timed, once started
         self._close_metrics: Callable[[], None] | None = None
@@ -149,6 +157,10 @@ class PlannerServer:
         """Start serving (and the health port and the metrics endpoint, if configured)."""
         self._call(self.server.start())
         self._trim = asyncio.run_coroutine_threadsafe(trim_periodically(_TRIM_S), self.loop)
+        admission = self.runtime.admission
+        self._collect = asyncio.run_coroutine_threadsafe(
+            collect_when_idle(lambda: admission.in_progress == 0), self.loop
+        )
         self._lag = asyncio.run_coroutine_threadsafe(watch_loop_lag(self.metrics), self.loop)
         self._unwatch_gc = watch_collections(self.metrics)
         if self.health_server is not None:
@@ -259,8 +271,9 @@ class PlannerServer:
         return await self.runtime.drain(grace_s)
 
     async def _shutdown(self, grace: float | None) -> None:
-        if self._trim is not None:
-            self._trim.cancel()
+        for task in (self._trim, self._collect):
+            if task is not None:
+                task.cancel()
         if self._lag is not None:
             self._lag.cancel()
         if self._unwatch_gc is not None:
@@ -282,6 +295,7 @@ class PlannerServer:
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
+        name_this_thread("meshplan-loop")  # for top -H, and the soak's run-queue figures
         self.loop.run_forever()
 
     def _stop_loop(self) -> None:
@@ -312,6 +326,7 @@ def serve(settings: Settings, ready: threading.Event | None = None) -> int:
     # this long (CPython's default is 5 ms: health checks then waited tens of ms behind it).
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     frozen = freeze_startup_heap()  # shorter and fewer full GC passes: the loop stalls less
+    defer_full_passes()  # settle_heap's full passes wait until no call is in progress
     keep_freed_heap()  # solves on this process's threads (--solver-processes 0) reuse the heap
     log.debug("%d start-up objects frozen out of the garbage collector's passes", frozen)
     stop = threading.Event()

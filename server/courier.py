@@ -58,6 +58,8 @@ class Courier(Heartbeat):
         self.taken = 0  # the last call the worker said it took off its pipe (read when pinged)
         self.settled = 0  # ... and the last it said it answered and settled after
         self.unresponsive = False  # killed for not answering a ping: its call starts again
+        self.resting = 0  # a call taken back while the worker settled (server/heartbeat.py)
+        self.resting_since = 0.0
         self.current: Task | None = None  # the call being sent or solved (runner._lock)
         self.standby: Task | None = None  # a call queued behind it in the pipe (runner._lock)
         self.watching: asyncio.AbstractEventLoop | None = None  # the loop reading the pipe
@@ -211,6 +213,11 @@ class Courier(Heartbeat):
         self.kill_timer = None
         if self.current is not task:
             return
+        # never taken (by the worker's last word): it settles its heap after its last call, and
+        # the stop asked nothing of it; the call ends, taken back, and the worker rests
+        if self.settled < self.taken < task.seq and self.rest(task, "its stop"):
+            self._unwatch()
+            return
         if self.proc is not None:
             log.warning(
                 "solver process %d (pid %s) did not stop within %g s of being asked to "
@@ -327,7 +334,7 @@ class Courier(Heartbeat):
         ctrl_child.close()
         self.proc, self.conn = proc, parent
         self.unresponsive = False
-        self.taken = self.settled = 0
+        self.taken = self.settled = self.resting = 0
         with self.ctrl_lock:
             self.ctrl = ctrl_parent
         if not parent.poll(START_TIMEOUT_S):

@@ -3,7 +3,8 @@
 `service_handler(descriptor, servicer)` maps each method of the service that the servicer
 defines to its coroutine of the same name (several servicers may share a service, each serving
 its own methods: `served` says which); request bytes that do not parse reach it as `Malformed` (answered
-INVALID_ARGUMENT), never as an exception in gRPC's deserializer (INTERNAL and a traceback).
+INVALID_ARGUMENT), never as an exception in gRPC's deserializer (INTERNAL and a traceback). A
+servicer's `RAW_REQUESTS` methods get their bytes unparsed (`Wire`), and parse them off the loop.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 
-from meshplan.server.requests import request_cap, tolerant
+from meshplan.server.requests import raw, request_cap, tolerant
 
 _KINDS = {
     (False, False): grpc.unary_unary_rpc_method_handler,
@@ -30,6 +31,7 @@ def service_handler(
     """One generic handler serving the methods of `service` that `servicer` defines with its
     coroutines; requests are bounded by server.requests.request_cap."""
     methods = {}
+    unparsed = getattr(servicer, "RAW_REQUESTS", frozenset())  # parsed by the method, off the loop
     for method in service.methods:
         if method.name not in served(service, servicer):
             continue
@@ -38,7 +40,9 @@ def service_handler(
         kind = _KINDS[(method.client_streaming, method.server_streaming)]
         methods[method.name] = kind(
             getattr(servicer, method.name),
-            request_deserializer=tolerant(request_cls, request_cap(request_cls, max_request_bytes)),
+            request_deserializer=(raw if method.name in unparsed else tolerant)(
+                request_cls, request_cap(request_cls, max_request_bytes)
+            ),
             response_serializer=response_cls.SerializeToString,
         )
     return grpc.method_handlers_generic_handler(service.full_name, methods)

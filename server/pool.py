@@ -155,6 +155,7 @@ class ProcessRunner:
             self._closed = True
             pending, self._pending = list(self._pending), deque()
             idle, self._idle = self._idle, []
+            idle += [c for c in self._couriers if c.resting and c.current is None]
             running = [c.current for c in self._couriers if c.current is not None]
             for courier in self._couriers:  # queued behind a solve: asked back, failed now
                 if courier.standby is not None:

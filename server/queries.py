@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from meshplan.server.bounds import check_layouts
 from meshplan.server.limits import RpcFailure
-from meshplan.server.requests import check_strings, parse_in_steps
+from meshplan.server.requests import check_strings, parse_in_steps, parse_wire
 from meshplan.server.validate import Violation, shorten
 from meshplan.solver.scheduler import (
     AdmitRequest,
@@ -92,7 +92,7 @@ def prepare_query(
     message_cls, model_cls = REQUESTS[method]
     req = None
     try:
-        message = message_cls.FromString(data)
+        message = parse_wire(message_cls, data)
         check_strings(message, max_chars)
         req = parse_in_steps(message, model_cls, budget.check)
         check_layouts(req)

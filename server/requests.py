@@ -32,6 +32,16 @@ class Malformed:
     error: str  # what is wrong, as a field violation's description
 
 
+@dataclass(frozen=True)
+class Wire:
+    """A request's bytes, not parsed yet: what `raw` hands a method that parses off the event
+    loop (the scheduler queries: a 0.9 MB one took 4-10 ms to parse on the loop, and as much to
+    serialize again for its worker)."""
+
+    type_name: str
+    data: bytes
+
+
 SINGLE_REQUEST_BYTES = 64 * 1024  # a request without repeated messages is far smaller
 
 
@@ -59,6 +69,29 @@ def tolerant(message_cls: type[Message], max_bytes: int) -> Callable[[bytes], Me
             return Malformed(name, f"is not a valid {name}: {shorten(str(err), 120)}")
 
     return parse
+
+
+def raw(message_cls: type[Message], max_bytes: int) -> Callable[[bytes], Wire | Malformed]:
+    """A request deserializer that only bounds the bytes (Malformed past `max_bytes`, as
+    `tolerant`) and leaves the parse to the method, off the event loop (`parse_wire`)."""
+    name = message_cls.DESCRIPTOR.full_name
+
+    def keep(data: bytes) -> Wire | Malformed:
+        if len(data) > max_bytes:
+            return Malformed(
+                name, f"is {len(data):,} bytes, more than the {max_bytes:,} a {name} may hold"
+            )
+        return Wire(name, data)
+
+    return keep
+
+
+def parse_wire(message_cls: type[Message], data: bytes) -> Message:
+    """`data` parsed as `message_cls`; INVALID_ARGUMENT on field "request" if it is not one."""
+    got = tolerant(message_cls, len(data))(data)
+    if isinstance(got, Malformed):
+        bad("request", got.error)
+    return got
 
 
 def bad(field: str, description: str) -> NoReturn:

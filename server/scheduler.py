@@ -34,7 +34,7 @@ from pydantic import BaseModel
 from meshplan.server.limits import CallState, RpcFailure
 from meshplan.server.memory import settle_heap
 from meshplan.server.queries import Prepared, failure, prepare_query
-from meshplan.server.requests import Malformed, bad
+from meshplan.server.requests import Malformed, Wire, bad
 from meshplan.server.runtime import Runtime
 from meshplan.server.work import answer_proto, invalid
 from meshplan.solver.scheduler import (
@@ -81,6 +81,8 @@ QUERIES: dict[str, tuple[type[BaseModel], type[Message]]] = {
 class SchedulerServicer:
     """The four scheduler queries over one Runtime (shared with PlannerServicer)."""
 
+    RAW_REQUESTS = frozenset(QUERIES)  # their bytes reach `answer` unparsed (server/handlers.py)
+
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.settings = runtime.settings
@@ -121,10 +123,11 @@ class SchedulerServicer:
         return await self.rt.unary(method, context, request, body)
 
     async def answer(self, method: str, request: Any, call: CallState) -> Message:
-        """The response message of a scheduler query: its request (a proto message, or
-        Malformed) checked, parsed, looked up and answered on a query thread, never on the
-        event loop (a 1 MiB request takes a second to convert); RpcFailure for what is not an
-        answer. Callable from outside gRPC (the HTTP front end) inside `Runtime.unary`'s body."""
+        """The response message of a scheduler query: its request (its bytes as `Wire`, a proto
+        message, or Malformed) checked, parsed, looked up and answered on a query thread, never
+        on the event loop (a 1 MiB request takes a second to convert); RpcFailure for what is
+        not an answer. Callable from outside gRPC (the HTTP front end) inside `Runtime.unary`'s
+        body."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.queries, self._run, method, request, call, loop)
 
@@ -153,8 +156,9 @@ class SchedulerServicer:
             raise invalid(err, req) from err
         if prepared.key is not None:
             self.answers[prepared.key] = answer.SerializeToString()
-        # what the query left in the caches (its curve's cells) out of the full collections:
-        # in the server process they ran 100-500 ms under the fuzz, and the loop waited them out
+        # what the query left in the caches (its curve's cells) out of the full collections,
+        # which in the server process wait for an idle moment (server/memory.py
+        # collect_when_idle): under the fuzz each took 100-500 ms, and the loop waited it out
         settle_heap()
         return answer
 
@@ -172,7 +176,9 @@ class SchedulerServicer:
         event loop waits behind it)."""
         if isinstance(request, Malformed):
             bad("request", request.error)
-        data, chars = request.SerializeToString(), self.settings.max_string_chars
+        # from gRPC, the bytes as they came (never parsed on the loop); from HTTP, a message
+        data = request.data if isinstance(request, Wire) else request.SerializeToString()
+        chars = self.settings.max_string_chars
         if len(data) <= LARGE_REQUEST_BYTES:
             with self.converting:
                 return prepare_query(method, data, chars, budget.deadline, False, stop=call.stop)

@@ -150,6 +150,8 @@ def reason(sp: Space, check: Check = _never) -> tuple[str, int]:
         return f"no tp*pp*cp*dp factorisation of {n} GPUs satisfies the rules and pins", 0
     p, need = f
     need *= MEMORY_UNIT
+    if sp.cm.ctx.budget <= 0:
+        return sp.cm.ctx.usable_words(), need
     c = p.config()
     chunks = f" with {c.virtual_stages} virtual stages" if c.virtual_stages > 1 else ""
     return (

@@ -243,10 +243,12 @@ def evaluate(req: EvaluateRequest) -> Evaluation:
         bad = [v for v in bad if "sequence_parallel" not in v]
     mem = cm.memory_bill(p)
     used = mem.total - mem.reserve
-    if not cm.fits(p):
+    if cm.ctx.budget <= 0:  # nothing fits: said so, not as a negative amount
+        bad.append(f"memory: {cm.ctx.usable_words()}")
+    elif not cm.fits(p):
         bad.append(
             f"memory: {used / 2**30:.1f} GiB per GPU on the {mem.stage} stage exceeds "
-            f"{cm.ctx.budget / 2**30:.1f} GiB usable of {H.hbm / 2**30:.1f} GiB HBM"
+            f"{cm.ctx.usable_words()}"
         )
     perf = cm.performance(p)
     return Evaluation(

@@ -115,6 +115,22 @@ def test_remote_evaluate_equals_in_process(client: PlannerClient) -> None:
     assert remote == local and not remote.fits and remote.violations
 
 
+def test_evaluate_with_hbm_below_the_reserve_says_so_not_a_negative_amount(
+    client: PlannerClient,
+) -> None:
+    """0.5 GiB of HBM against the 1 GiB reserve: not fits, with the fields to change named (the
+    usable memory was printed as "-0.5 GiB"), the same over gRPC as in process."""
+    base = small_request()
+    base = base.model_copy(update={"cluster": base.cluster.model_copy(update={"hbm_gib": 0.5})})
+    req = EvaluateRequest(model=base.model, cluster=base.cluster, config=ParallelConfig(
+        tp=1, pp=1, dp=8, micro_batch_size=1, num_microbatches=8))  # fmt: skip
+    remote = client.evaluate(req)
+    assert remote == solver.evaluate(req) and not remote.fits
+    (memory,) = [v for v in remote.violations if v.startswith("memory:")]
+    assert "no usable memory" in memory and "cluster.hbm_gib" in memory, memory
+    assert "search.memory_reserve_gib" in memory and "-0" not in memory, memory
+
+
 def _set(path: str, value: object) -> Callable[[planner_pb2.PlanRequest], None]:
     def apply(msg: planner_pb2.PlanRequest) -> None:
         *parents, leaf = path.split(".")

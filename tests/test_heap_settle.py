@@ -118,3 +118,77 @@ def test_a_solver_process_collects_young_objects_only_past_its_threshold() -> No
     finally:
         pool.close()
         pool.join()
+
+
+_DEFERRED = """
+import asyncio, gc, json, time, weakref
+from meshplan.server import memory
+
+memory._SETTLE_FLOOR = 1_000
+memory.defer_full_passes()
+gc.collect()
+
+class Node:
+    pass
+
+def cycle():
+    n = Node()
+    n.me = n
+    return weakref.ref(n)
+
+kept = []
+settles = []
+old = None
+for call in range(40):  # queries filling a cache: the frozen heap far past doubled
+    kept.append([[i] for i in range(20_000)])
+    if call == 20:  # a cycle frozen as garbage (made unreachable after its query settled)
+        holder = [Node()]
+        holder[0].me = holder[0]
+        old = weakref.ref(holder[0])
+    t = time.perf_counter()
+    young = cycle()  # the query's own cycle: collected young, not frozen
+    memory.settle_heap()
+    settles.append(time.perf_counter() - t)
+    if call == 20:
+        del holder
+young_freed = young() is None
+old_kept_busy = old() is not None
+
+async def main():
+    busy = asyncio.create_task(memory.collect_when_idle(lambda: False, 0.01, 0.02))
+    await asyncio.sleep(0.2)
+    busy.cancel()
+    kept_while_busy = old() is not None
+    t = time.perf_counter()
+    idle = asyncio.create_task(memory.collect_when_idle(lambda: True, 0.01, 0.02))
+    while old() is not None and time.perf_counter() - t < 60:
+        await asyncio.sleep(0.01)
+    idle.cancel()
+    return kept_while_busy, old() is None
+
+kept_while_busy, freed_when_idle = asyncio.run(main())
+t = time.perf_counter()
+gc.unfreeze(); gc.collect(); gc.freeze()
+full = time.perf_counter() - t
+print(json.dumps({
+    "young_freed": young_freed, "old_kept_busy": old_kept_busy,
+    "kept_while_busy": kept_while_busy, "freed_when_idle": freed_when_idle,
+    "max_settle_s": max(settles), "full_s": full,
+}))
+"""
+
+
+def test_deferred_settling_never_runs_the_full_pass_in_a_call_and_runs_it_when_idle() -> None:
+    """In the server process (`defer_full_passes`), settle_heap collects the young generations
+    and freezes, and never walks the frozen heap: its longest call is far shorter than the full
+    pass it used to run there; the full pass waits for `collect_when_idle` to see no call in
+    progress, and then frees the cyclic garbage that was frozen."""
+    out = subprocess.run(
+        [sys.executable, "-c", _DEFERRED], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["young_freed"], "a query's own cycle must be collected before the freeze"
+    assert got["old_kept_busy"] and got["kept_while_busy"], "no full pass while calls run"
+    assert got["freed_when_idle"], "the full pass must run once idle, and free frozen cycles"
+    assert got["max_settle_s"] < got["full_s"] / 5, got

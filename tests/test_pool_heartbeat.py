@@ -149,3 +149,182 @@ def test_a_worker_holding_its_gil_in_a_call_it_took_is_not_taken_for_stopped() -
     finally:
         pool.close()
         pool.join()
+
+
+def slow_settle(seconds: float, *, stop: threading.Event) -> int:
+    """A call whose worker then settles its heap for `seconds` holding its GIL (as a full
+    collection on a starved CPU does): its ping thread cannot answer meanwhile (run in a worker
+    process; the worker's settle_heap looks the function up at each call)."""
+    import sys
+
+    from meshplan.server import memory
+
+    def settle() -> bool:
+        memory.settle_heap = real
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(10 * seconds)  # no other thread of the worker gets the GIL
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+        sys.setswitchinterval(interval)
+        return False
+
+    real = memory.settle_heap
+    memory.settle_heap = settle
+    return os.getpid()
+
+
+SETTLE_S, KILL_AFTER_S = 3.0, 1.0
+
+
+def test_a_worker_settling_after_its_call_is_not_killed_for_the_call_sent_behind_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The next call was sent while the worker settled (and never taken): the heartbeat takes it
+    back instead of killing the worker, which rests until it has settled and then runs it."""
+    pool = ProcessRunner(
+        1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S, kill_after_s=KILL_AFTER_S
+    )
+    caplog.set_level(logging.WARNING, "meshplan.server")
+    try:
+        assert pool.wait_ready(120) == 1
+        (pid,) = pool.pids()
+        settings = Settings(solver_processes=1, max_concurrent_solves=1)
+
+        async def go() -> tuple[int, int]:
+            rt = Runtime(settings, Metrics(), pool)
+            call = CallState("Plan", "r1", "a", deadline=time.monotonic() + 60)
+            first = await rt.solve(call, "Plan", slow_settle, SETTLE_S)
+            return first, await rt.solve(call, "Plan", pid_of, 0.0)
+
+        assert asyncio.run(go()) == (pid, pid)  # the same worker ran both: none was killed
+        assert pool.pids() == [pid]
+        words = [r.getMessage() for r in caplog.records]
+        assert not any("killing" in w for w in words), words
+        assert any("still settling" in w and "rests" in w for w in words), words
+    finally:
+        pool.close()
+        pool.join()
+
+
+def test_a_stop_does_not_kill_a_worker_that_never_took_the_stopped_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The call's deadline passes while it waits behind the worker's settling: the call ends
+    (Recalled: it never ran) and its worker is kept, not killed for a stop it never saw."""
+    pool = ProcessRunner(1, warm=False, heartbeat_s=60, answer_s=60, kill_after_s=KILL_AFTER_S)
+    caplog.set_level(logging.WARNING, "meshplan.server")
+    try:
+        assert pool.wait_ready(120) == 1
+        (pid,) = pool.pids()
+
+        async def go() -> BaseException | None:
+            assert await pool.start(slow_settle, SETTLE_S, stop=StopEvent()) == pid
+            stop = StopEvent()
+            asyncio.get_running_loop().call_later(0.2, stop.set)
+            try:
+                await pool.start(pid_of, 0.0, stop=stop)
+            except Exception as err:  # noqa: BLE001
+                return err
+            return None
+
+        pool._couriers[0].taken = 1  # what its heartbeat (here idle: 60 s) would have read
+        err = asyncio.run(go())
+        assert isinstance(err, Recalled), err
+        words = [r.getMessage() for r in caplog.records]
+        assert not any("killing" in w for w in words), words
+        assert pool.pids() == [pid]
+    finally:
+        pool.close()
+        pool.join()
+
+
+def test_a_worker_that_dies_while_its_idle_ping_is_on_the_way_is_replaced() -> None:
+    """Killed between the heartbeat's look and its ping's answer: the courier, taken out of the
+    idle list for the ping, is replaced, not lost (a call then waited for it for ever)."""
+    pool = ProcessRunner(1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S)
+    try:
+        assert pool.wait_ready(120) == 1
+        (pid,) = pool.pids()
+        courier = pool._couriers[0]
+        real = courier._ping
+        pinged = threading.Event()
+
+        def ping_as_it_dies(working_on: int) -> bool:
+            if pinged.is_set():
+                return real(working_on)
+            pinged.set()
+            assert courier.proc is not None
+            courier.proc.kill()
+            courier.proc.join(10)
+            return False
+
+        courier._ping = ping_as_it_dies  # type: ignore[method-assign]
+        assert pinged.wait(30)
+
+        async def go() -> int:
+            return await asyncio.wait_for(pool.start(pid_of, 0.0, stop=StopEvent()), 120)
+
+        assert asyncio.run(go()) != pid  # a new worker answered: the courier was not lost
+    finally:
+        pool.close()
+        pool.join()
+
+
+def test_an_idle_worker_settling_for_longer_than_a_ping_allows_is_not_killed() -> None:
+    """No call waits: the worker rests until it has settled, then takes the next call."""
+    pool = ProcessRunner(
+        1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S, kill_after_s=KILL_AFTER_S
+    )
+    try:
+        assert pool.wait_ready(120) == 1
+        (pid,) = pool.pids()
+
+        async def go() -> tuple[int, int]:
+            first = await pool.start(slow_settle, SETTLE_S, stop=StopEvent())
+            await asyncio.sleep(SETTLE_S)  # pinged while it settles, with no call sent
+            return first, await asyncio.wait_for(pool.start(pid_of, 0.0, stop=StopEvent()), 60)
+
+        assert asyncio.run(go()) == (pid, pid)
+        assert pool.pids() == [pid]
+    finally:
+        pool.close()
+        pool.join()
+
+
+def test_a_worker_whose_call_ends_during_a_ping_and_then_settles_is_not_killed() -> None:
+    """A ping goes out while the call runs; the call ends, and the worker settles past the
+    ping's wait: it was taken for stuck (no call named) and killed; now it rests, then serves."""
+    pool = ProcessRunner(
+        1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S, kill_after_s=KILL_AFTER_S
+    )
+    try:
+        assert pool.wait_ready(120) == 1
+        (pid,) = pool.pids()
+        courier = pool._couriers[0]
+        real = courier._ping
+        timed_out = threading.Event()
+
+        def ping_that_outlives_the_call(working_on: int) -> bool:
+            if timed_out.is_set() or courier.current is None:
+                return real(working_on)
+            end = time.monotonic() + 30
+            while courier.current is not None and time.monotonic() < end:
+                time.sleep(0.01)  # the call answers (its worker settles for SETTLE_S)
+            real(working_on)  # reads its word: took, and not settled
+            timed_out.set()
+            return False  # as a ping unanswered within its wait
+
+        courier._ping = ping_that_outlives_the_call  # type: ignore[method-assign]
+
+        async def go() -> tuple[int, int]:
+            first = await pool.start(slow_settle, SETTLE_S, stop=StopEvent())
+            while not timed_out.is_set():
+                await asyncio.sleep(0.05)
+            return first, await asyncio.wait_for(pool.start(pid_of, 0.0, stop=StopEvent()), 60)
+
+        assert asyncio.run(go()) == (pid, pid)
+        assert pool.pids() == [pid]
+    finally:
+        pool.close()
+        pool.join()

@@ -86,6 +86,18 @@ class Ctx:
         is not enough", DeepSeek-V3 book, ch. 11)."""
         return int((self.H.hbm - self.reserve_bytes) / (1.0 + self.fragmentation))
 
+    def usable_words(self) -> str:
+        """'X GiB usable of Y GiB HBM', or, when the reserve leaves nothing, that said plainly
+        with the fields to change (never a negative amount)."""
+        gib = 2**30
+        if self.budget > 0:
+            return f"{self.budget / gib:.1f} GiB usable of {self.H.hbm / gib:.1f} GiB HBM"
+        return (
+            f"no usable memory: the GPU's {self.H.hbm / gib:.2f} GiB HBM (cluster.hbm_gib) "
+            f"is not above the {self.reserve_bytes / gib:.2f} GiB reserve "
+            f"(search.memory_reserve_gib)"
+        )
+
     def reserve_for(self, used: int) -> int:
         return self.reserve_bytes + int(self.fragmentation * used + 0.999999)
 

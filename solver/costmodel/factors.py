@@ -5,7 +5,9 @@ micro-batch shapes at once (`BatchFactor`), with the domains numbered by their v
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from fractions import Fraction
@@ -118,6 +120,9 @@ class _FloatTable:
         self._rows: dict[Factor, int] = {}  # factor -> its row
         self._cols: dict[object, int] = {}  # axis value -> its column
         self._table = np.full((8, 64), np.nan)  # nan: not computed yet (a factor is finite)
+        # one cost model's table is read by every thread solving with it (a scheduler query's
+        # cells on the server's threads): numbering, growing and filling it are one step
+        self._lock = threading.Lock()
 
     def matrix(
         self,
@@ -127,17 +132,18 @@ class _FloatTable:
     ) -> np.ndarray:
         """(len(fns), len(domain)): each factor's float over the domain; `pair(fn, v)` gives an
         entry not computed yet as its (numerator, denominator)."""
-        rows, cols = self._rows, self._cols
-        ri = [rows.setdefault(fn, len(rows)) for fn in fns]
-        ci = [cols.setdefault(v, len(cols)) for v in domain]
-        self._fit(len(rows), len(cols))
-        sub = self._table[np.ix_(ri, ci)]
-        todo = np.argwhere(np.isnan(sub))
-        if len(todo):
-            for i, j in todo.tolist():
-                num, den = pair(fns[i], domain[j])
-                sub[i, j] = self._table[ri[i], ci[j]] = float(num) / float(den)
-        return sub
+        with self._lock:
+            rows, cols = self._rows, self._cols
+            ri = [rows.setdefault(fn, len(rows)) for fn in fns]
+            ci = [cols.setdefault(v, len(cols)) for v in domain]
+            self._fit(len(rows), len(cols))
+            sub = self._table[np.ix_(ri, ci)]
+            todo = np.argwhere(np.isnan(sub))
+            if len(todo):
+                for i, j in todo.tolist():
+                    num, den = pair(fns[i], domain[j])
+                    sub[i, j] = self._table[ri[i], ci[j]] = float(num) / float(den)
+            return sub
 
     def _fit(self, nr: int, nc: int) -> None:
         r, c = self._table.shape
@@ -201,7 +207,8 @@ class Fractions:
         k = (fn, self.domain_number(domain))
         got = self._arrays.get(k)
         if got is not None:
-            self._arrays.move_to_end(k)
+            with contextlib.suppress(KeyError):  # another thread dropped it since: still good
+                self._arrays.move_to_end(k)
             return got
         got = self._arrays[k] = self._arrays_of(fn, domain)
         while len(self._arrays) > self.ARRAYS * 16:

@@ -19,6 +19,9 @@ def _layout(c: ParallelConfig) -> str:
     )
 
 
+_BAR_CAP = 60  # a bar's characters at most (30: the whole HBM); "+" marks one cut there
+
+
 def _memory(m: MemoryBill) -> str:
     rows = [
         ("weights", m.weights),
@@ -30,7 +33,8 @@ def _memory(m: MemoryBill) -> str:
     ]
     out = [f"memory per GPU ({m.stage} stage) against {m.hbm / GIB:.1f} GiB HBM:"]
     for name, v in rows:
-        bar = "#" * int(round(30 * v / m.hbm))
+        width = int(round(30 * v / m.hbm)) if m.hbm > 0 else _BAR_CAP + 1
+        bar = "#" * min(width, _BAR_CAP) + ("+" if width > _BAR_CAP else "")
         out.append(f"  {name:<12}{v / GIB:>8.2f} GiB  {bar}")
     return "\n".join(out)
 
