@@ -12,7 +12,8 @@ import os
 import sys
 import types
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+
+from meshplan.solver.record import record
 
 EXIT_OK = 0  # a plan was found / the layout fits / every row was answered
 EXIT_ERROR = 1  # anything else: a solve stopped before any plan, a server down, a failed row
@@ -35,7 +36,7 @@ exit status:
 """
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Command:
     """A subcommand: its name, its one-line help, and where its flags and its body live.
 
