@@ -54,6 +54,8 @@ def _build(cls: type[T], *, frozen: bool, eq: bool, kw_only: bool) -> type[T]:
     own = set(vars(cls))  # methods the class body defines itself win, as with dataclasses
     class_hash = vars(cls).get("__hash__", _MISSING)  # None when the body defines only __eq__
     explicit_hash = not (class_hash is _MISSING or (class_hash is None and "__eq__" in own))
+    if not cls.__doc__:  # else dataclasses reads object.__init__'s text signature (tokenize)
+        cls.__doc__ = f"{cls.__name__}({', '.join(getattr(cls, '__annotations__', {}))})"
     cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
     fields = dataclasses.fields(cls)
     name = cls.__qualname__

@@ -281,6 +281,13 @@ def _real_plugin_loader() -> types.ModuleType:
     return module
 
 
+def ends_without_finalisation(argv: Sequence[str]) -> bool:
+    """True for the commands whose process may end at os._exit once their answer is flushed and
+    the exit functions ran (meshplan/__main__.py): plan and evaluate, which leave no thread,
+    child process or open file behind."""
+    return _chosen(argv) in LOAD_THEN_RUN
+
+
 def imports_done() -> None:
     """The command's modules are loaded: what they made is frozen out of the collector's
     passes (gc.freeze), and the collector runs again (paused by start_process)."""
