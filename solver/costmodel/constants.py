@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, field, replace
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from meshplan.solver.record import record
@@ -113,7 +113,7 @@ def constants_from(data: dict[str, Any], base: Constants | None = None) -> Const
 def load_constants() -> Constants:
     """The constants every CostModel uses by default: fitted.json over the priors."""
     try:
-        text = resources.files("meshplan.solver.costmodel").joinpath("fitted.json").read_text()
+        text = (Path(__file__).parent / "fitted.json").read_text(encoding="utf-8")
     except FileNotFoundError:
         return Constants()
     return constants_from(json.loads(text))
