@@ -186,3 +186,22 @@ def test_blas_set_to_one_thread_before_numpy_loads_needs_no_limit(
         check=True,
     )
     assert run.stdout.split("\n")[:2] == [first, threads], run.stdout
+
+
+@pytest.mark.parametrize("extra", [(), ("--top-k", "2")])
+def test_the_plan_answer_made_without_validation_is_what_validation_makes(
+    extra: tuple[str, ...],
+) -> None:
+    """planner.plan makes its PlanResult with model_construct: validating what it holds gives
+    the same answer, field by field and as JSON (with alternatives too)."""
+    from meshplan.solver.planner import plan
+    from meshplan.solver.results import PlanResult
+    from meshplan.solver.schema import PlanRequest
+    from meshplan.tools.cli.inputs import request_from_flags
+
+    args = cli.build_parser("plan").parse_args([*FIRST_PLAN, *extra])
+    res = plan(PlanRequest.model_validate(request_from_flags(args, evaluate=False)))
+    assert res.config is not None and len(res.alternatives) == (2 if extra else 0)
+    again = PlanResult.model_validate(res.model_dump())
+    assert again == res
+    assert again.model_dump_json() == res.model_dump_json()
