@@ -9,10 +9,11 @@ projections and key/value widths (solver/costmodel/mla.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from meshplan.solver.record import record
 from meshplan.solver.schema import LatentAttentionSpec, ModelSpec
 
 if TYPE_CHECKING:  # costmodel imports this module: the class is imported where it is built
@@ -28,7 +29,7 @@ _FIELDS = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Attention:
     """What a framework needs besides the shape to build the attention: exports carry it, the
     cost model reads none of it (it reads MLA's ranks from `Arch.mla`)."""
@@ -39,7 +40,7 @@ class Attention:
     mla: LatentAttentionSpec | None = None  # multi-head latent attention (DeepSeek-V2/V3)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Arch:
     """A transformer with every dimension known. Short names for the arithmetic."""
 

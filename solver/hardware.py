@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from meshplan.solver.record import record
 from meshplan.solver.schema import ClusterSpec, Precision
 
 GIB = 1 << 30
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Hardware:
     """Per-GPU figures in bytes, FLOP/s and bytes/s."""
 

@@ -1,12 +1,19 @@
 """Answers: the plan, its memory bill, its time breakdown, and the solver's account of itself."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic would evaluate every field's annotation
+# string when the class is made (typing.ForwardRef compiles each one).
 from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from meshplan.solver.schema import ParallelConfig
+
+
+def _no_items() -> list:
+    """An empty list, as a Python function: pydantic reads each default factory's signature, and
+    a builtin's (`list`) is parsed from its text signature by tokenize, whose first use compiles
+    its large token regex (13 M instructions of the first plan)."""
+    return []
 
 
 class _Strict(BaseModel):
@@ -177,8 +184,10 @@ class PlanResult(_Strict):
     memory: MemoryBill | None = Field(default=None, description="Memory bill of the layout.")
     performance: Performance | None = Field(default=None, description="Speed of the layout.")
     binding_wall: Wall = Field(default=Wall.NONE, description="What stops the next step up.")
-    warnings: list[str] = Field(default_factory=list, description="Things to look at.")
-    alternatives: list[Alternative] = Field(default_factory=list, description="Next-best plans.")
+    warnings: list[str] = Field(default_factory=_no_items, description="Things to look at.")
+    alternatives: list[Alternative] = Field(
+        default_factory=_no_items, description="Next-best plans."
+    )
     explanation: Explanation | None = Field(default=None, description="Set when infeasible.")
     solver: SolverInfo | None = Field(default=None, description="The solve's own account.")
     batch: BatchChoice | None = Field(
@@ -190,7 +199,7 @@ class Evaluation(_Strict):
     """The answer to Evaluate()."""
 
     fits: bool = Field(description="True if every rule holds and memory fits.")
-    violations: list[str] = Field(default_factory=list, description="Rules the layout breaks.")
+    violations: list[str] = Field(default_factory=_no_items, description="Rules the layout breaks.")
     config: ParallelConfig = Field(description="The layout scored.")
     num_parameters: NumParameters = Field(description="Model size.")
     memory: MemoryBill = Field(description="Memory bill.")
@@ -198,8 +207,8 @@ class Evaluation(_Strict):
         default=None, description="Speed (absent when the layout breaks a structural rule)."
     )
     binding_wall: Wall = Field(default=Wall.NONE, description="What binds it.")
-    warnings: list[str] = Field(default_factory=list, description="Things to look at.")
+    warnings: list[str] = Field(default_factory=_no_items, description="Things to look at.")
     notes: list[str] = Field(
-        default_factory=list,
+        default_factory=_no_items,
         description="What the evaluation filled in, e.g. a num_microbatches derived from the batch.",
     )

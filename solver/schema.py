@@ -3,8 +3,8 @@
 Every count is a plain int; 0 (or None) in a pin means "free". Units are in each field's description.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic would evaluate every field's annotation
+# string when the class is made (typing.ForwardRef compiles each one).
 import math
 from enum import Enum
 from functools import cache
@@ -154,7 +154,7 @@ class MoESpec(_Strict):
     )
 
     @model_validator(mode="after")
-    def _top_k_fits(self) -> MoESpec:
+    def _top_k_fits(self) -> "MoESpec":
         if self.top_k > self.num_experts:
             raise ValueError(
                 f"top_k ({self.top_k}) must not exceed num_experts ({self.num_experts})"
@@ -241,7 +241,7 @@ class ModelSpec(_Strict):
     )
 
     @model_validator(mode="after")
-    def _positions(self) -> ModelSpec:
+    def _positions(self) -> "ModelSpec":
         if self.learned_positions and self.rope_theta is not None:
             raise ValueError(
                 f"rope_theta ({self.rope_theta}) is for rotary positions, and learned_positions "
@@ -250,7 +250,7 @@ class ModelSpec(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _heads(self) -> ModelSpec:
+    def _heads(self) -> "ModelSpec":
         a, k = self.num_attention_heads, self.num_kv_heads
         if a is not None and k is not None and a % k != 0:
             raise ValueError(f"num_attention_heads ({a}) must be a multiple of num_kv_heads ({k})")
@@ -260,7 +260,7 @@ class ModelSpec(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _representable(self) -> ModelSpec:
+    def _representable(self) -> "ModelSpec":
         """A shape whose parameters' bytes pass the answer's 64-bit counts is bad input."""
         L, h = self.num_layers, self.hidden_size
         if L is None or h is None:
@@ -500,7 +500,7 @@ class TrainingSpec(_Strict):
     )
 
     @model_validator(mode="after")
-    def _batch(self) -> TrainingSpec:
+    def _batch(self) -> "TrainingSpec":
         if self.fsdp_version is not None and self.framework not in FSDP_FRAMEWORKS:
             raise ValueError(
                 f"training.fsdp_version {self.fsdp_version.value} needs a PyTorch FSDP profile "

@@ -9,7 +9,7 @@ expert group and ZeRO stage) are given by `Space.compatible`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property, lru_cache
 from math import gcd
 from typing import TypeVar
@@ -25,6 +25,7 @@ from meshplan.solver.costmodel.point import Rows
 from meshplan.solver.costmodel.terms import Points
 from meshplan.solver.hardware import Hardware
 from meshplan.solver.profiles import Profile, profile_of
+from meshplan.solver.record import record
 from meshplan.solver.rules import (
     dualpipe,
     expert_group_ok,
@@ -76,7 +77,7 @@ def fewer_gpu_counts(n: int, gpn: int) -> list[int]:
     return sorted(out, reverse=True)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Batch:
     """The global batch: fixed (sequences) or chosen below a cap (sequences)."""
 
@@ -120,7 +121,7 @@ def batch_of(training: TrainingSpec, active_params: int) -> Batch:
     return Batch(0, cap // s)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Grid:
     """A space's values before the memory prune (`Space._grid`): a pure function of
     `Space.grid_key`, so spaces that share the key (one model on GPU types with as many GPUs
@@ -136,7 +137,7 @@ class Grid:
     derived: dict = field(default_factory=dict, compare=False, repr=False)
 
 
-@dataclass
+@record
 class Space:
     """Legal values per axis for one request, and the cost model that scores them."""
 

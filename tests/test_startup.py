@@ -47,6 +47,59 @@ def test_the_first_plan_as_a_process_loads_no_cp_sat_model_and_answers() -> None
     assert not heavy, sorted(heavy)
     assert "numpy.ma" not in loaded
     assert "meshplan.solver.cpsat.build" not in loaded  # the CP-SAT model builder
+    # pydantic's plugin loader (plugins off) and the version lookup would bring these in
+    assert not {"importlib.metadata", "email", "csv"} & loaded
+
+
+def test_version_reads_the_installed_metadata_without_importlib_metadata() -> None:
+    from importlib.metadata import version
+
+    import meshplan
+
+    probe = "import sys, meshplan; print(meshplan.__version__, 'importlib.metadata' in sys.modules)"
+    run = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert run.stdout.split() == [version("meshplan"), "False"]
+    assert meshplan.installed_version() == version("meshplan")
+    out = subprocess.run(
+        [sys.executable, "-m", "meshplan", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert (out.returncode, out.stdout) == (0, f"meshplan {version('meshplan')}\n")
+
+
+_PLUGIN_PROBE = """
+import sys
+from meshplan.tools.cli.main import start_process
+start_process(["plan"])
+from pydantic import BaseModel
+class M(BaseModel):
+    x: int
+M(x=1)
+loader = sys.modules["pydantic.plugin._loader"]
+print(getattr(loader, "__file__", None) is None, list(loader.get_plugins()),
+      loader.PYDANTIC_ENTRY_POINT_GROUP, "importlib.metadata" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [("__all__", "True [] pydantic True"), ("", "False [] pydantic True")],
+)
+def test_the_plugin_loaders_stand_in_answers_as_pydantics_own(setting: str, expected: str) -> None:
+    """Plugins off: the stand-in (no file) says there are none, and any other name comes from
+    pydantic's own module (which then, and only then, imports importlib.metadata); plugins on
+    (PYDANTIC_DISABLE_PLUGINS empty): pydantic's own loader from the start."""
+    env = {**os.environ, "PYDANTIC_DISABLE_PLUGINS": setting}
+    run = subprocess.run(
+        [sys.executable, "-c", _PLUGIN_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=True,
+    )
+    assert run.stdout.strip() == expected, run.stderr
 
 
 @pytest.fixture
@@ -133,3 +186,22 @@ def test_blas_set_to_one_thread_before_numpy_loads_needs_no_limit(
         check=True,
     )
     assert run.stdout.split("\n")[:2] == [first, threads], run.stdout
+
+
+@pytest.mark.parametrize("extra", [(), ("--top-k", "2")])
+def test_the_plan_answer_made_without_validation_is_what_validation_makes(
+    extra: tuple[str, ...],
+) -> None:
+    """planner.plan makes its PlanResult with model_construct: validating what it holds gives
+    the same answer, field by field and as JSON (with alternatives too)."""
+    from meshplan.solver.planner import plan
+    from meshplan.solver.results import PlanResult
+    from meshplan.solver.schema import PlanRequest
+    from meshplan.tools.cli.inputs import request_from_flags
+
+    args = cli.build_parser("plan").parse_args([*FIRST_PLAN, *extra])
+    res = plan(PlanRequest.model_validate(request_from_flags(args, evaluate=False)))
+    assert res.config is not None and len(res.alternatives) == (2 if extra else 0)
+    again = PlanResult.model_validate(res.model_dump())
+    assert again == res
+    assert again.model_dump_json() == res.model_dump_json()

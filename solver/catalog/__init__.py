@@ -5,11 +5,11 @@ pydantic models and looked up by name, case-insensitively. Research notes behind
 including the KempnerForge training settings behind its scaling guide, are in `NOTES.md`.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic would evaluate every field's annotation
+# string when the class is made (typing.ForwardRef compiles each one).
 import json
 from functools import cache
-from importlib.resources import files
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -67,7 +67,7 @@ class GpuSpec(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _fp8_peak_agrees(self) -> GpuSpec:
+    def _fp8_peak_agrees(self) -> "GpuSpec":
         if self.fp8_tensor_cores != (self.peak_fp8_tflops > self.peak_bf16_tflops):
             raise ValueError(
                 f"{self.name}: fp8_tensor_cores ({self.fp8_tensor_cores}) disagrees with the FP8 "
@@ -126,7 +126,7 @@ class ModelPreset(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _consistent(self) -> ModelPreset:
+    def _consistent(self) -> "ModelPreset":
         h, a, k = self.hidden_size, self.num_attention_heads, self.num_kv_heads
         if self.head_dim is None and h % a != 0:
             raise ValueError(f"{self.name}: hidden_size ({h}) must be divisible by heads ({a})")
@@ -142,7 +142,7 @@ class ModelPreset(BaseModel):
 
 
 def _read(filename: str) -> dict[str, dict[str, Any]]:
-    text = files(__name__).joinpath(filename).read_text(encoding="utf-8")
+    text = (Path(__file__).parent / filename).read_text(encoding="utf-8")
     data = json.loads(text)
     if not isinstance(data, dict):
         raise ValueError(f"{filename} must hold a JSON object keyed by catalog name")

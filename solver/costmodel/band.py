@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from meshplan.solver.profiles import profile_of
@@ -46,7 +46,7 @@ def cell_key(category: str, family: str) -> str:
 def loso_report() -> dict[str, Any] | None:
     """fitted.json's `fit.loso` section, or None when the shipped fit carries none."""
     try:
-        text = resources.files("meshplan.solver.costmodel").joinpath("fitted.json").read_text()
+        text = (Path(__file__).parent / "fitted.json").read_text(encoding="utf-8")
         got = json.loads(text)["fit"]["loso"]
     except (FileNotFoundError, KeyError, TypeError, ValueError):
         return None

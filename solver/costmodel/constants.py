@@ -10,17 +10,19 @@ kernels achieve on it (`kernel_eff`, per kernel family of a framework profile).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, field, replace
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
+
+from meshplan.solver.record import record
 
 # GPU families that share another's compute die: same tensor cores and clocks, so the same
 # achievable GEMM rate (H200 is the GH100 of H100 SXM with HBM3e: NVIDIA H200 datasheet).
 SAME_DIE = {"H200": "H100"}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Constants:
     # Achievable fraction of the dense peak for large BF16 GEMMs, per GPU family: what the
     # silicon sustains (cuBLAS on H100 SXM reaches ~0.75-0.8 of 989 TFLOP/s).
@@ -111,7 +113,7 @@ def constants_from(data: dict[str, Any], base: Constants | None = None) -> Const
 def load_constants() -> Constants:
     """The constants every CostModel uses by default: fitted.json over the priors."""
     try:
-        text = resources.files("meshplan.solver.costmodel").joinpath("fitted.json").read_text()
+        text = (Path(__file__).parent / "fitted.json").read_text(encoding="utf-8")
     except FileNotFoundError:
         return Constants()
     return constants_from(json.loads(text))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import field
 from fractions import Fraction
 
 from meshplan.solver.arch import Arch
@@ -11,6 +11,7 @@ from meshplan.solver.costmodel.constants import Constants
 from meshplan.solver.costmodel.framework_timing import Overlaps
 from meshplan.solver.hardware import GIB, Hardware
 from meshplan.solver.profiles import ACT_BYTES, LOGIT_BYTES, Profile, Recipe, profile_of
+from meshplan.solver.record import record
 from meshplan.solver.schema import FRAGMENTATION, RESERVE_GIB, Framework, Precision, TrainingSpec
 
 __all__ = [
@@ -40,7 +41,7 @@ def recipe_of(training: TrainingSpec) -> Recipe:
     return profile_of(training.framework).recipe_for(training)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Ctx:
     A: Arch
     H: Hardware

@@ -3,13 +3,12 @@ solver/profiles/, with sources), overridden by the request's `training.*_comm_ov
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from meshplan.solver.profiles import ALL_STAGES, profile_of
+from meshplan.solver.record import record
 from meshplan.solver.schema import PipelineSchedule, TrainingSpec
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Overlaps:
     """The overlaps one request runs with: the profile's defaults, overridden by the request."""
 

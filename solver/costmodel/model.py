@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TypeVar
 from weakref import WeakKeyDictionary
 
@@ -22,6 +22,7 @@ from meshplan.solver.costmodel.point import Layout, Point, Rows
 from meshplan.solver.costmodel.terms import Compiled, Group, Points
 from meshplan.solver.costmodel.timing import Rates, dp_terms, objective_terms
 from meshplan.solver.hardware import Hardware
+from meshplan.solver.record import record
 from meshplan.solver.results import MemoryBill, Performance, TimeBreakdown
 from meshplan.solver.schema import Recompute, SearchSpec, TrainingSpec
 
@@ -50,7 +51,7 @@ ONE_ROW_CACHE = 256  # single layouts whose start tables a CostModel keeps (eval
 SCORES_KEPT = 64
 
 
-@dataclass
+@record
 class StageMemory:
     base: Compiled  # one group per term: tenant sums are exact
     pairs: list[tuple[Compiled, Compiled]]  # only the smaller of each pair counts
@@ -81,7 +82,7 @@ def context(
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Grouped:
     """A cost model's terms grouped into its sums: everything of it but the GPU count, which only
     sets the unit of time (`CostModel.time_unit_s`), so cost models of one request at several

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from meshplan.solver.record import record
 from meshplan.solver.schema import ParallelConfig, Recompute
 
 ROW_FIELDS = ("tp", "pp", "cp", "dp", "gpus", "sp")
@@ -30,7 +31,7 @@ class Layout:
     sp: bool
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Rows:
     """Layout rows as arrays, one entry per row (a struct of arrays): what every term's start is
     evaluated over, all rows at once. A single Layout evaluates as a one-row Rows, so the float

@@ -23,6 +23,7 @@ import numpy as np
 
 from meshplan.solver.costmodel.factors import INT_SAFE, Factor, Fractions
 from meshplan.solver.costmodel.point import Point, Rows, full
+from meshplan.solver.record import record
 
 FACTOR_AXES = ("pv", "te", "db")  # order in which factors are applied
 POINT_AXES = ("pv", "db", "te", "r", "z")  # a point's axes besides its layout row
@@ -346,7 +347,7 @@ class Compiled:
         return x
 
 
-@dataclass
+@record
 class Points:
     """Many points as arrays: each point's layout row and, per axis, (domain, index into it)."""
 

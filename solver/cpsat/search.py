@@ -14,7 +14,7 @@ import bisect
 import math
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from meshplan.solver.costmodel import Point
 from meshplan.solver.cpsat.exact import exact_round, held
 from meshplan.solver.cpsat.solved import Solved
 from meshplan.solver.cpsat.tables import Stopped, Tables
+from meshplan.solver.record import record
 from meshplan.solver.space import Space
 
 FIRST_ROWS = 1  # rows in the first model; a model found infeasible doubles its rows
@@ -33,7 +34,7 @@ ALT_MARGIN = 0.02  # an alternative is first looked for within 2% of the last an
 CAP_LIMIT = 1 << 60  # a cap raised past this is dropped
 
 
-@dataclass
+@record
 class Found:
     """The outcome of the search: the best point and the alternatives, with the proof's figures."""
 

@@ -3,12 +3,11 @@ and exact scores settle most plans) do not import OR-Tools, and pandas through i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from meshplan.solver.costmodel import Point
+from meshplan.solver.record import record
 
 
-@dataclass
+@record
 class Solved:
     status: str  # OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN, MODEL_INVALID
     point: Point | None

@@ -5,10 +5,11 @@ profile was read from (`SOURCES`, repository @ commit: files)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import MappingProxyType
 
 from meshplan.solver.recipes import with_knobs
+from meshplan.solver.record import record
 from meshplan.solver.schema import Framework, Precision, TrainingSpec
 
 ACT_BYTES = 2  # bf16 activations and collectives
@@ -73,7 +74,7 @@ SOURCES: Mapping[Framework, str] = MappingProxyType(
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Recipe:
     """What a framework keeps in memory, per parameter and per logit element (bytes).
 
@@ -127,7 +128,7 @@ class Recipe:
     fp8_saved_weights: int = 0
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class FrameworkTiming:
     """What a framework overlaps by default and whose kernels it runs (the time model reads it;
     a request's `training.*_comm_overlap` switch overrides an entry). Defaults are what the
@@ -151,7 +152,7 @@ class FrameworkTiming:
     # chunks' compute, instead of all of it at the step's end
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Profile:
     """One framework: the layouts it can express, its memory recipe, its export. A capability
     the profile does not name is absent (False, 0): each profile states what its code can do."""

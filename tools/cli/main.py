@@ -5,12 +5,15 @@ one cost model. Tables for people, --json for machines, --emit for launchers."""
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import importlib
 import os
 import sys
+import types
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+
+from meshplan.solver.record import record
 
 EXIT_OK = 0  # a plan was found / the layout fits / every row was answered
 EXIT_ERROR = 1  # anything else: a solve stopped before any plan, a server down, a failed row
@@ -33,7 +36,7 @@ exit status:
 """
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Command:
     """A subcommand: its name, its one-line help, and where its flags and its body live.
 
@@ -224,11 +227,65 @@ def start_process(argv: Sequence[str]) -> None:
     # builds its first validator (pydantic/plugin/_loader.py); a command has none to feed.
     # PYDANTIC_DISABLE_PLUGINS= (empty) lets them load.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    if os.environ["PYDANTIC_DISABLE_PLUGINS"] in PLUGINS_OFF:
+        skip_plugin_loader()
     if chosen in LOAD_THEN_RUN:
         # Loading the solver makes ~10^5 objects and no garbage; the collector's passes over
         # them were 8% of the first plan's instructions (callgrind). On again in imports_done.
         gc.disable()
         _collector_paused = True
+
+
+# The values of PYDANTIC_DISABLE_PLUGINS that turn every plugin off (pydantic/plugin/_loader.py,
+# pydantic 2.14.4 get_plugins)
+PLUGINS_OFF = frozenset({"__all__", "1", "true"})
+_PLUGIN_LOADER = "pydantic.plugin._loader"
+
+
+def skip_plugin_loader() -> None:
+    """With plugins off, pydantic's loader finds none, but its module imports importlib.metadata
+    (email, zipfile, csv, ...: 56 M instructions, 5% of the first plan) before it reads the
+    setting. Its one function pydantic calls (`get_plugins`, pydantic/plugin/_schema_validator.py)
+    is given here instead, answering as the real one does with plugins off: none. Any other name
+    loads the real module. Nothing changes once pydantic has loaded it."""
+    if _PLUGIN_LOADER in sys.modules:
+        return
+    loader = types.ModuleType(_PLUGIN_LOADER, "pydantic's plugin loader, with plugins off")
+
+    def get_plugins() -> tuple[()]:
+        return ()
+
+    def __getattr__(name: str) -> object:  # noqa: N807  the module's own attribute hook
+        if name.startswith("__"):  # what the import system asks of a module (__path__, ...)
+            raise AttributeError(name)
+        return getattr(_real_plugin_loader(), name)
+
+    loader.get_plugins = get_plugins  # type: ignore[attr-defined]
+    loader.__getattr__ = __getattr__  # type: ignore[method-assign]
+    sys.modules[_PLUGIN_LOADER] = loader
+
+
+@functools.cache
+def _real_plugin_loader() -> types.ModuleType:
+    """pydantic's own plugin loader module, loaded once beside the stand-in."""
+    import importlib.util
+    from importlib.machinery import PathFinder
+
+    import pydantic.plugin
+
+    spec = PathFinder.find_spec(_PLUGIN_LOADER, pydantic.plugin.__path__)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot find {_PLUGIN_LOADER}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ends_without_finalisation(argv: Sequence[str]) -> bool:
+    """True for the commands whose process may end at os._exit once their answer is flushed and
+    the exit functions ran (meshplan/__main__.py): plan and evaluate, which leave no thread,
+    child process or open file behind."""
+    return _chosen(argv) in LOAD_THEN_RUN
 
 
 def imports_done() -> None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
+from meshplan.solver.record import record
 from meshplan.tools.cli.flags import add_request_flags
 from meshplan.tools.cli.glossary import PLAN_EPILOG
 from meshplan.tools.cli.inputs import model_label, request_from_flags
@@ -50,7 +51,7 @@ def emit_kind(flag: str | None, req: PlanRequest) -> str | None:
     return framework.lower()
 
 
-@dataclass
+@record
 class Answer:
     """What a command prints, made on the worker thread, printed by the main thread: Ctrl-C
     lands in the main thread's wait, never inside an import or a solve (an extension module
