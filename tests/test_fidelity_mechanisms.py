@@ -83,3 +83,22 @@ def test_torchtitans_eager_blocks_pay_their_unfused_pointwise_ops_and_compile_fu
     # the whole step: eager is slower, by less than torchtitan's published 16% (8B, 8 H100)
     ratio = compiled.performance(p).tokens_per_s / eager.performance(p).tokens_per_s
     assert 1.03 < ratio < 1.16
+
+
+def test_nanotrons_zero1_all_reduces_fp32_gradients_after_the_step_unhidden() -> None:
+    A = resolve_model(ModelSpec(preset="llama3-8b"))
+    H = resolve_cluster(ClusterSpec(gpu="h100-sxm-80gb", num_gpus=64))
+
+    def model(fw: Framework) -> CostModel:
+        return CostModel(A, H, TrainingSpec(seq_len=4096, framework=fw), SearchSpec())
+
+    nano = model(Framework.NANOTRON)
+    # the fp32 gradients all-reduced (2 x 4 bytes) and the fp32 parameters all-gathered (4),
+    # once per step; ZeRO-0 keeps the DDP bucket all-reduce of the fp32 accumulator
+    assert _dp_volume(nano.ctx, 1) == (2 * 4 + 4, 0.0)
+    assert _dp_volume(nano.ctx, 0) == (2 * 4, 0.0)
+    # not DDP-wrapped: nothing overlaps ZeRO-1's collectives; Megatron's distributed optimizer
+    # still reduce-scatters and gathers (4 + 2) behind compute
+    assert 1 not in nano.rates.ov.dp_stages and 0 in nano.rates.ov.dp_stages
+    meg = model(Framework.MEGATRON)
+    assert _dp_volume(meg.ctx, 1) == (4 + 2, 0.0) and 1 in meg.rates.ov.dp_stages
