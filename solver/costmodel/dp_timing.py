@@ -23,6 +23,7 @@ from meshplan.solver.costmodel.point import (
 from meshplan.solver.costmodel.rates import BUCKET, Rates, _etp
 from meshplan.solver.costmodel.terms import Term
 from meshplan.solver.costmodel.timing_axes import _Axes, _per_mb, _per_token
+from meshplan.solver.schema import Framework
 
 
 def optimizer_terms(c: Ctx, R: Rates, fx, stage, inv_bm) -> list[Term]:  # noqa: ANN001
@@ -96,6 +97,11 @@ def _dp_volume(c: Ctx, z: int) -> tuple[float, float]:
     """(bytes per parameter once per step, bytes per parameter per micro-batch)."""
     if z == 3 and c.recipe.reduce_bytes:
         return float(c.recipe.reduce_bytes), float(2 * c.wb)
+    if z == 1 and c.framework is Framework.NANOTRON:
+        # nanotron's ZeRO-1 (huggingface/nanotron @ e24d248 trainer.py train_step:
+        # sync_gradients_across_dp(reduce_scatter=False); optim/zero.py _all_gather_params):
+        # an all-reduce of the fp32 gradients and an all-gather of the fp32 master parameters
+        return float(2 * c.rb + c.recipe.master), 0.0
     return {
         0: (2.0 * c.rb, 0.0),
         1: (float(c.rb + c.wb), 0.0),

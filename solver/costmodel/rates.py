@@ -27,7 +27,7 @@ from meshplan.solver.costmodel.point import (
     rowwise,
 )
 from meshplan.solver.profiles import profile_of
-from meshplan.solver.schema import Precision, TrainingSpec
+from meshplan.solver.schema import Framework, Precision, TrainingSpec
 
 CAUSAL = 0.5  # FlashAttention skips masked blocks: causal attention does half the work (Dao 2022)
 # Bytes of memory traffic per GEMM element, forward + backward: x and y forward, dy and dx for
@@ -41,6 +41,24 @@ WEIGHT_TRAFFIC = 12
 # and output), about twice that backward: 30·h + 3·(activation input + output).
 ELEM_H = 30
 ELEM_ACT = 3
+# torchtitan's Llama blocks run eager unless compiled (training.compile, default off), and its
+# pointwise code is unfused (pytorch/torchtitan @ 9dec370 models/norms.py RMSNorm:
+# self._norm(x.float()).type_as(x) * self.weight; models/llama/model.py apply_rotary_emb: q and
+# k .float() -> view_as_complex * freqs_cis -> view_as_real -> type_as, repeat_kv's expanded
+# copies, output.transpose(1, 2).contiguous(), FeedForward F.silu(w1(x)) * w3(x), the two
+# residual adds). Bytes read + written per token forward: each RMSNorm 36 per h (cast 2+4, pow
+# 4+4, mean 4, scale 4+4, cast back 4+2, weight 2+2), each add 6 per h; RoPE 20 per q and k
+# element (cast 2+4, complex product 4+4, cast back 4+2); SDPA's output copy 4 per q; SwiGLU 10
+# per f (silu 2+2, product 4+2); repeated K,V (kv_repeated) 4 per q element and 4 per kv
+# element. Backward autograd replays each op's reads and writes about twice: 3x the forward.
+# torch.compile fuses them into the passes ELEM_H counts (Inductor pointwise fusion).
+EAGER_FRAMEWORKS = frozenset({Framework.TORCHTITAN})
+EAGER_H = 3 * (2 * 36 + 2 * 6)  # norms and residual adds, per h
+EAGER_QK = 3 * 20  # RoPE per element of q and of k
+EAGER_OUT = 3 * 4  # SDPA output made contiguous, per element of q
+EAGER_REPEAT = 3 * 4  # repeat_kv's copies, per element of q and of k
+EAGER_F = 3 * 10  # SwiGLU, per element of the dense MLP's width f
+EAGER_F_UNGATED = 3 * 4  # one activation kernel (read 2, write 2), per element of f
 # Unfused attention's passes over the a·s scores of a token: scale-mask-softmax and dropout
 # forward (write the scores, read them, write the probabilities, the mask and the dropped),
 # about as many backward.
@@ -98,6 +116,7 @@ class Rates:
         if A.is_moe and A.fe < A.h:
             self.rate_expert *= A.fe * (A.h + K.gemm_h0) / (A.h * (A.fe + K.gemm_h0))
         self.rate_attn = H.peak_bf16 * eta * K.attention(family, H.family)  # BF16 flash attn
+        self.eager = c.framework in EAGER_FRAMEWORKS and not c.recipe.compiled
         self.moe = A.n_moe_layers / A.L
         self.dense = A.n_dense_layers / A.L
         g = 3 if A.gated else 2
@@ -206,6 +225,8 @@ class Rates:
     def elementwise(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Memory-bound elementwise kernels per token: the h-wide ones are split over tp with
         sequence parallelism (else replicated), the activation's over tp."""
+        if self.eager:
+            return self._eager_elementwise(lay)
         A = self.c.A
         h_part = ELEM_H * A.h / pick(lay.sp, lay.tp, 1)
         act = self.dense * self.gate * A.f
@@ -214,6 +235,22 @@ class Rates:
             act += self.moe * self.gate * A.fe * (A.top_k + A.shared)
             router = self.moe * ROUTER_PASSES * A.E * ROUTER_BYTES / lay.tp
         return (ACT_BYTES * (h_part + ELEM_ACT * act / lay.tp) + router) / self.c.H.hbm_bw
+
+    def _eager_elementwise(self, lay: LayoutOrRows) -> np.ndarray | float:
+        """Per token: the unfused pointwise ops of torchtitan's eager Llama blocks (EAGER_*)."""
+        A = self.c.A
+        q, k = A.a * A.head_dim, A.kv * A.head_dim
+        per_f = EAGER_F if A.gated else EAGER_F_UNGATED
+        split = EAGER_QK * (q + k) + EAGER_OUT * q + per_f * self.dense * A.f
+        if self.c.recipe.kv_repeated:
+            split += EAGER_REPEAT * (q + k)
+        router = 0.0
+        if A.is_moe:  # the experts' activations and the router as ELEM_ACT and ROUTER_PASSES
+            split += ACT_BYTES * ELEM_ACT * self.moe * self.gate * A.fe * (A.top_k + A.shared)
+            router = self.moe * ROUTER_PASSES * A.E * ROUTER_BYTES
+        return (EAGER_H * A.h / pick(lay.sp, lay.tp, 1) + (split + router) / lay.tp) / (
+            self.c.H.hbm_bw
+        )
 
     @rowwise
     def expert_traffic_ref(self, lay: LayoutOrRows) -> np.ndarray | float:

@@ -258,11 +258,19 @@ NANOTRON = Profile(
     timing=FrameworkTiming(
         kernels="TORCH",
         tp=False,  # tp_linear_async_communication defaults to False
-        dp_stages=ALL_STAGES,
+        # ZeRO-0: the fp32 accumulator's DDP hook reduces each bucket during the last
+        # micro-batch's backward. ZeRO-1 with the fp32 accumulator is not DDP-wrapped (@ e24d248
+        # trainer.py make_ddp): train_step all-reduces the fp32 gradient buffers after the whole
+        # pipeline step (sync_gradients_across_dp, reduce_scatter=False) and the ZeRO optimizer
+        # all-gathers the updated fp32 parameters after its step (optim/zero.py
+        # _all_gather_params): nothing overlaps them (costmodel/dp_timing.py _dp_volume).
+        dp_stages=frozenset({0}),
         source=(
             "huggingface/nanotron @ 2411b02: config/parallelism_config.py "
             "(tp_linear_async_communication False by default); the fp32 accumulator's DDP "
-            "hook reduces each bucket during the last micro-batch's backward (helpers.py)"
+            "hook reduces each bucket during the last micro-batch's backward (helpers.py); "
+            "@ e24d248 trainer.py train_step: ZeRO-1 all-reduces the fp32 gradients after the "
+            "pipeline step, optim/zero.py all-gathers the fp32 parameters after the update"
         ),
     ),
     selective_recompute=False,  # parallelism.recompute_layer: whole layers only
