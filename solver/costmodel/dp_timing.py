@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 
 from meshplan.solver.costmodel.context import Ctx
-from meshplan.solver.costmodel.memory import _extras, _layer_params, expert_shard, shard_group
+from meshplan.solver.costmodel.memory_state import _extras, _layer_params, expert_shard, shard_group
 from meshplan.solver.costmodel.point import (
     LayoutOrRows,
     column,

@@ -30,16 +30,12 @@ from meshplan.solver.costmodel.memory_parts import (
     stage_boundary,
     stage_layers,
 )
-from meshplan.solver.costmodel.memory_state import (  # noqa: F401  (dp_timing reads them here)
+from meshplan.solver.costmodel.memory_state import (
     _bytes,
     _dualpipe,
     _exp_sharded,
-    _extras,
     _held_if,
-    _layer_params,
     _state,
-    expert_shard,
-    shard_group,
 )
 from meshplan.solver.costmodel.point import (
     LayoutOrRows,
