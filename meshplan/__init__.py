@@ -9,41 +9,13 @@ from __future__ import annotations
 
 
 def __getattr__(name: str) -> str:
-    # The version is read from the installed metadata only when asked.
+    # The version is read from the installed metadata only when asked (importlib.metadata
+    # costs tens of milliseconds at every start of the command line otherwise).
     if name == "__version__":
-        return installed_version() or "0+unknown"  # "unknown": a source tree never installed
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from importlib.metadata import PackageNotFoundError, version
 
-
-def installed_version() -> str | None:
-    """meshplan's version from its installed metadata, found as importlib.metadata.version finds
-    it (the first sys.path entry with a meshplan .dist-info or .egg-info) without importing
-    importlib.metadata, whose import (email, zipfile, csv, ...) was half of `meshplan --version`."""
-    import os
-    import sys
-
-    for entry in sys.path:
-        folder = entry or "."
         try:
-            names = sorted(os.listdir(folder))
-        except OSError:
-            continue
-        for name in names:
-            stem, ext = os.path.splitext(name)
-            if ext not in (".dist-info", ".egg-info"):
-                continue
-            if stem.split("-")[0].lower().replace("_", "-").replace(".", "-") != "meshplan":
-                continue
-            path = os.path.join(folder, name)
-            if os.path.isdir(path):
-                path = os.path.join(path, "METADATA" if ext == ".dist-info" else "PKG-INFO")
-            try:
-                with open(path, encoding="utf-8") as f:
-                    for line in f:
-                        if line.startswith("Version:"):
-                            return line.split(":", 1)[1].strip()
-                        if not line.strip():
-                            break  # the headers end at the first blank line
-            except OSError:
-                continue
-    return None
+            return version("meshplan")
+        except PackageNotFoundError:  # a source tree that was never installed
+            return "0+unknown"
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
