@@ -42,13 +42,27 @@ def pid_of(seconds: float, *, stop: threading.Event) -> int:
     return os.getpid()
 
 
+@contextlib.contextmanager
+def one_worker(**timing: float) -> Iterator[tuple[ProcessRunner, int]]:
+    """A pool of one worker, ready, with the heartbeat's timing (HEARTBEAT_S, ANSWER_S unless
+    given), and that worker's pid; closed after the block."""
+    pool = ProcessRunner(
+        1, warm=False, **({"heartbeat_s": HEARTBEAT_S, "answer_s": ANSWER_S} | timing)
+    )
+    try:
+        assert pool.wait_ready(120) == 1
+        (pid,) = pool.pids()
+        assert pid is not None
+        yield pool, pid
+    finally:
+        pool.close()
+        pool.join()
+
+
 @pytest.fixture
 def runner() -> Iterator[ProcessRunner]:
-    pool = ProcessRunner(1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S)
-    assert pool.wait_ready(120) == 1
-    yield pool
-    pool.close()
-    pool.join()
+    with one_worker() as (pool, _):
+        yield pool
 
 
 def test_a_stopped_idle_worker_is_replaced_and_the_call_runs_again(
@@ -133,10 +147,7 @@ def holds_the_gil(count: int, *, stop: threading.Event) -> int:
 
 def test_a_worker_holding_its_gil_in_a_call_it_took_is_not_taken_for_stopped() -> None:
     """It said it took the call before its GIL was held: the heartbeat waits kill_after_s."""
-    pool = ProcessRunner(1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S, kill_after_s=60)
-    try:
-        assert pool.wait_ready(120) == 1
-        (pid,) = pool.pids()
+    with one_worker(kill_after_s=60) as (pool, pid):
         began = time.monotonic()
 
         async def go() -> int:
@@ -146,9 +157,6 @@ def test_a_worker_holding_its_gil_in_a_call_it_took_is_not_taken_for_stopped() -
         held = time.monotonic() - began
         assert held > 2 * (HEARTBEAT_S + ANSWER_S), f"the call held the GIL only {held:.2f} s"
         assert pool.pids() == [pid]
-    finally:
-        pool.close()
-        pool.join()
 
 
 def slow_settle(seconds: float, *, stop: threading.Event) -> int:
@@ -182,13 +190,8 @@ def test_a_worker_settling_after_its_call_is_not_killed_for_the_call_sent_behind
 ) -> None:
     """The next call was sent while the worker settled (and never taken): the heartbeat takes it
     back instead of killing the worker, which rests until it has settled and then runs it."""
-    pool = ProcessRunner(
-        1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S, kill_after_s=KILL_AFTER_S
-    )
     caplog.set_level(logging.WARNING, "meshplan.server")
-    try:
-        assert pool.wait_ready(120) == 1
-        (pid,) = pool.pids()
+    with one_worker(kill_after_s=KILL_AFTER_S) as (pool, pid):
         settings = Settings(solver_processes=1, max_concurrent_solves=1)
 
         async def go() -> tuple[int, int]:
@@ -202,9 +205,6 @@ def test_a_worker_settling_after_its_call_is_not_killed_for_the_call_sent_behind
         words = [r.getMessage() for r in caplog.records]
         assert not any("killing" in w for w in words), words
         assert any("still settling" in w and "rests" in w for w in words), words
-    finally:
-        pool.close()
-        pool.join()
 
 
 def test_a_stop_does_not_kill_a_worker_that_never_took_the_stopped_call(
@@ -212,11 +212,8 @@ def test_a_stop_does_not_kill_a_worker_that_never_took_the_stopped_call(
 ) -> None:
     """The call's deadline passes while it waits behind the worker's settling: the call ends
     (Recalled: it never ran) and its worker is kept, not killed for a stop it never saw."""
-    pool = ProcessRunner(1, warm=False, heartbeat_s=60, answer_s=60, kill_after_s=KILL_AFTER_S)
     caplog.set_level(logging.WARNING, "meshplan.server")
-    try:
-        assert pool.wait_ready(120) == 1
-        (pid,) = pool.pids()
+    with one_worker(heartbeat_s=60, answer_s=60, kill_after_s=KILL_AFTER_S) as (pool, pid):
 
         async def go() -> BaseException | None:
             assert await pool.start(slow_settle, SETTLE_S, stop=StopEvent()) == pid
@@ -234,18 +231,12 @@ def test_a_stop_does_not_kill_a_worker_that_never_took_the_stopped_call(
         words = [r.getMessage() for r in caplog.records]
         assert not any("killing" in w for w in words), words
         assert pool.pids() == [pid]
-    finally:
-        pool.close()
-        pool.join()
 
 
 def test_a_worker_that_dies_while_its_idle_ping_is_on_the_way_is_replaced() -> None:
     """Killed between the heartbeat's look and its ping's answer: the courier, taken out of the
     idle list for the ping, is replaced, not lost (a call then waited for it for ever)."""
-    pool = ProcessRunner(1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S)
-    try:
-        assert pool.wait_ready(120) == 1
-        (pid,) = pool.pids()
+    with one_worker() as (pool, pid):
         courier = pool._couriers[0]
         real = courier._ping
         pinged = threading.Event()
@@ -266,19 +257,11 @@ def test_a_worker_that_dies_while_its_idle_ping_is_on_the_way_is_replaced() -> N
             return await asyncio.wait_for(pool.start(pid_of, 0.0, stop=StopEvent()), 120)
 
         assert asyncio.run(go()) != pid  # a new worker answered: the courier was not lost
-    finally:
-        pool.close()
-        pool.join()
 
 
 def test_an_idle_worker_settling_for_longer_than_a_ping_allows_is_not_killed() -> None:
     """No call waits: the worker rests until it has settled, then takes the next call."""
-    pool = ProcessRunner(
-        1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S, kill_after_s=KILL_AFTER_S
-    )
-    try:
-        assert pool.wait_ready(120) == 1
-        (pid,) = pool.pids()
+    with one_worker(kill_after_s=KILL_AFTER_S) as (pool, pid):
 
         async def go() -> tuple[int, int]:
             first = await pool.start(slow_settle, SETTLE_S, stop=StopEvent())
@@ -287,20 +270,12 @@ def test_an_idle_worker_settling_for_longer_than_a_ping_allows_is_not_killed() -
 
         assert asyncio.run(go()) == (pid, pid)
         assert pool.pids() == [pid]
-    finally:
-        pool.close()
-        pool.join()
 
 
 def test_a_worker_whose_call_ends_during_a_ping_and_then_settles_is_not_killed() -> None:
     """A ping goes out while the call runs; the call ends, and the worker settles past the
     ping's wait: it was taken for stuck (no call named) and killed; now it rests, then serves."""
-    pool = ProcessRunner(
-        1, warm=False, heartbeat_s=HEARTBEAT_S, answer_s=ANSWER_S, kill_after_s=KILL_AFTER_S
-    )
-    try:
-        assert pool.wait_ready(120) == 1
-        (pid,) = pool.pids()
+    with one_worker(kill_after_s=KILL_AFTER_S) as (pool, pid):
         courier = pool._couriers[0]
         real = courier._ping
         timed_out = threading.Event()
@@ -325,6 +300,3 @@ def test_a_worker_whose_call_ends_during_a_ping_and_then_settles_is_not_killed()
 
         assert asyncio.run(go()) == (pid, pid)
         assert pool.pids() == [pid]
-    finally:
-        pool.close()
-        pool.join()
