@@ -16,7 +16,22 @@ from meshplan.server.dispatch import ThreadRunner
 from meshplan.server.pool import ProcessRunner
 from meshplan.server.worker import YOUNG_PASS_OBJECTS
 
-_PROBE = """
+# a probe's garbage: a Node that refers to itself, and a weak reference that says when it is freed
+_CYCLES = """
+import weakref
+
+class Node:
+    pass
+
+def cycle():
+    n = Node()
+    n.me = n
+    return weakref.ref(n)
+"""
+
+_PROBE = (
+    _CYCLES
+    + """
 import gc, json, time, weakref
 from meshplan.server import memory
 
@@ -26,14 +41,6 @@ memory._settled["check_at"] = 1
 memory._SETTLE_FLOOR = 1_000
 gc.collect()
 first = memory.settle_heap()  # nothing collected since start: a full pass, then the baseline
-
-class Node:
-    pass
-
-def cycle():
-    n = Node()
-    n.me = n
-    return weakref.ref(n)
 
 def full_pass():
     t = time.perf_counter()
@@ -55,6 +62,7 @@ print(json.dumps({
     "kept": len(kept),
 }))
 """
+)
 
 
 def test_settled_calls_leave_the_caches_out_of_collections_and_cycles_are_still_collected() -> None:
@@ -120,21 +128,15 @@ def test_a_solver_process_collects_young_objects_only_past_its_threshold() -> No
         pool.join()
 
 
-_DEFERRED = """
+_DEFERRED = (
+    _CYCLES
+    + """
 import asyncio, gc, json, time, weakref
 from meshplan.server import memory
 
 memory._SETTLE_FLOOR = 1_000
 memory.defer_full_passes()
 gc.collect()
-
-class Node:
-    pass
-
-def cycle():
-    n = Node()
-    n.me = n
-    return weakref.ref(n)
 
 kept = []
 settles = []
@@ -176,6 +178,7 @@ print(json.dumps({
     "max_settle_s": max(settles), "full_s": full,
 }))
 """
+)
 
 
 def test_deferred_settling_never_runs_the_full_pass_in_a_call_and_runs_it_when_idle() -> None:
