@@ -225,7 +225,7 @@ class Courier(Heartbeat):
                 self.index,
                 self.proc.pid,
                 self.runner.kill_after_s,
-                getattr(task.stop, "label", "") or "unnamed",
+                task.label,
             )
             self.proc.kill()
         task.forget_stop()

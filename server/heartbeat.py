@@ -70,7 +70,7 @@ class Heartbeat:
             self.index,
             proc.pid if proc is not None else None,
             why,
-            getattr(task.stop, "label", "") or "unnamed",
+            task.label,
         )
         for t in (task, following):
             if t is not None:
@@ -161,7 +161,7 @@ class Heartbeat:
             proc.pid,
             self.runner.kill_after_s if busy else self.runner.answer_s,
             "; its call is started again" if again else "",
-            f" (call: {getattr(task.stop, 'label', '') or 'unnamed'})" if task is not None else "",
+            f" (call: {task.label})" if task is not None else "",
         )
         self.ready.clear()
         self.unresponsive = again

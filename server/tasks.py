@@ -41,6 +41,11 @@ class Task:
     forget_stop: Callable[[], None] = _nothing
     recall_sent: bool = False
 
+    @property
+    def label(self) -> str:
+        """The call this task runs, as the logs name it (its stop's label: method, request id)."""
+        return getattr(self.stop, "label", "") or "unnamed"
+
 
 class Pool(Protocol):
     """What a worker's courier (server/courier.py, server/heartbeat.py) reads of its runner,
