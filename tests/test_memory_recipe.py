@@ -178,7 +178,7 @@ def test_fsdp1_reduces_a_units_gradient_in_the_parameter_dtype() -> None:
 
 
 def test_nanotron_places_pipeline_blocks_by_cost() -> None:
-    # nanotron @ 2411b02 models/base.py: a rank takes blocks until the running cost passes its
+    # nanotron @ e24d248 models/base.py: a rank takes blocks until the running cost passes its
     # share; Llama 3.2 1B-like (16 layers of 67M, a 268M output layer) on 2 stages: 11 + 5
     layer = 4 * 2048 * 2048 + 3 * 8192 * 2048
     assert cost_balanced_split(16, layer, 131072 * 2048, 2) == (11, 5)

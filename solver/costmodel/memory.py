@@ -173,7 +173,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
             terms.append(experts_at(acc))
     if rc.backward_grads:
         # the bf16 .grad of every stage-local parameter, alive once a micro-batch's backward has
-        # run and until the fp32 accumulator adds and frees them (nanotron @ 2411b02
+        # run and until the fp32 accumulator adds and frees them (nanotron @ e24d248
         # optim/gradient_accumulator.py FP32GradientAccumulator.backward; DDP's buckets are
         # copies, not views: trainer.py DistributedDataParallel without gradient_as_bucket_view)
         def excess(lay: LayoutOrRows, r: Recompute) -> np.ndarray:
