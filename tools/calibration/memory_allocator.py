@@ -15,8 +15,9 @@ nanotron's floor `torch>=1.13.1`, to v2.5.0):
 - a freed block merges with its free neighbours in the same segment (`free_block`,
   `try_merge_blocks`), never across segments, and stays reserved.
 
-A cudaMalloc that fails frees the cached blocks and retries: not replayed (the runs replayed
-here reserve less than their HBM).
+A cudaMalloc that fails (past `limit`) frees every cached segment no live block uses and tries
+again (`release_cached_blocks`; with the default max_split_size no block is "oversize", so
+`release_available_cached_blocks` frees none first).
 """
 
 from __future__ import annotations
@@ -62,9 +63,12 @@ class _Block:
 class Allocator:
     """One device's caching allocator on one stream: `alloc` returns a handle for `free`."""
 
+    limit: int | None = None  # what cudaMalloc can give the allocator (None: no limit)
     reserved: int = 0  # the segments' bytes: torch.cuda.memory_reserved
     allocated: int = 0  # the live blocks' bytes: torch.cuda.memory_allocated
     peak_allocated: int = 0
+    peak_reserved: int = 0  # torch.cuda.max_memory_reserved
+    releases: int = 0  # cudaMalloc failures that freed the cached segments
     _pools: dict[bool, list[tuple[int, int, int, int]]] = field(
         default_factory=lambda: {True: [], False: []}
     )
@@ -99,7 +103,12 @@ class Allocator:
             self._remove(b)
         else:
             seg = allocation_size(size)
+            if self.limit is not None and self.reserved + seg > self.limit:
+                self._release()  # release_cached_blocks, then cudaMalloc again
+                if self.reserved + seg > self.limit:
+                    raise MemoryError(f"{seg} B over the {self.limit} B limit")
             self.reserved += seg
+            self.peak_reserved = max(self.peak_reserved, self.reserved)
             b = _Block(next(self._segs), 0, seg, small, free=False)
         rest = b.size - size
         if (small and rest >= MIN_BLOCK) or (not small and rest > SMALL_SIZE):
@@ -113,6 +122,13 @@ class Allocator:
         self.allocated += b.size
         self.peak_allocated = max(self.peak_allocated, self.allocated)
         return h
+
+    def _release(self) -> None:
+        """Free every cached segment no live block uses (release_cached_blocks)."""
+        self.releases += 1
+        for b in [b for b in self._blocks.values() if b.prev is None and b.next is None]:
+            self._remove(b)
+            self.reserved -= b.size
 
     def free(self, h: int) -> None:
         """Return a block to its pool, merged with its free neighbours in the segment."""
