@@ -40,7 +40,7 @@ R = TypeVar("R", bound=Any)  # solver/profiles/ Recipe (imported there: no impor
 # - COPY_FP32: nanotron subtracts the row max out of place (sharded_logits - logits_max) while
 #   the fp32 logits from cast_to_fp32 are alive, then exponentiates that copy in place and keeps
 #   it as the softmax: two fp32 copies at the forward's peak, the bf16 logits freed once
-#   cast_to_fp32 returns (nanotron @ 2411b02 parallel/tensor_parallel/functional.py
+#   cast_to_fp32 returns (nanotron @ e24d248 parallel/tensor_parallel/functional.py
 #   _ShardedCrossEntropy.forward, models/llama.py forward_with_hidden_states).
 LOSS_BYTES: Mapping[LossKernel, int] = MappingProxyType(
     {

@@ -20,28 +20,26 @@ RUNS = {r.id: r for r in load_calibration()}
 PRINTED = sorted(i for i, r in RUNS.items() if r.memory_gib is not None)
 # Printed peaks the model under-predicts by more than 3%, with why (benchmarks/memory.py shows
 # them). The nanotron sweep prints max_memory_reserved (its CSV's 'Mem Res', rank 0, step 3:
-# log_memory resets the peaks after train_batch_iter, so 'Mem Alloc' holds only the optimizer
-# step; nanotron @ e24d248 trainer.py training_step, helpers.py create_table_log), which scatters
-# about +-10% around the tensors its code keeps x 1.10: its 1B rows at 2 and 4 nodes hold the
-# same per-GPU state but 0.7 GiB of ZeRO-1 shard, yet print 3.1 GiB apart; and its ZeRO-1 runs
-# are not DDP-wrapped (trainer.py make_ddp), so no DDP bucket masks the scatter any more. The
-# backward's bf16 grads beside the fp32 accumulator do not reach them: at their one-sequence
-# micro-batches the forward side (the in-flight activations and the logits) is the larger peak.
-# The 3B's tied embedding is one copy per stage (trainer.py mark_tied_parameters ties the first
-# stage's embedding to the last stage's head across ranks). ZeRO-1's step-end all-gather
-# copies the shards into dp + 1 new flat buffers of 2·P/dp bytes (distributed.py
-# all_gather_coalesced, P the stage's parameters): billed as new segments wherever no cached
-# activation block or bf16 embedding gradient is as large, it takes the 1B and 3B rows to -4.4
-# to +4.9% (3B at 8 nodes -4.4%, 1B at 2 nodes -1.3%) but the pipelined 8B rows to +12 to +19%
-# and 8B at tp 4 only to -6.4%, so it is not billed.
+# log_memory resets only the peaks, and no segment is freed after the loop's empty_cache;
+# nanotron @ e24d248 trainer.py training_step, helpers.py create_table_log). Replaying its steps
+# through PyTorch's caching allocator (tools/calibration/memory_replay.py, run as
+# `python -m meshplan.tools.calibration.memory_replay`) lands the 3B rows (+0.5% to +1.4%) and
+# the 1B at 2 nodes (-0.1%) on their prints once ZeRO-1's step-end all-gather is replayed as its
+# code allocates it: dp + 1 flat buffers of 2·P/dp bytes (distributed.py all_gather_coalesced,
+# P the stage's parameters) and ProcessGroupNCCL's flat staging tensor of all of them, 2·P
+# (pytorch @ 0007e75 ProcessGroupNCCL::allgather), new segments where no freed block is as
+# large. The same replay puts the pipelined 8B rows of the same layouts at +24% and +26% (their
+# prints leave no room for those 18 GiB: larger than any block their step frees), and the 8B at
+# tp 4 at -11.5%, so no one rule from the code fits the sweep's rows and none is billed here.
 _SCATTER = "nanotron's reserved figure above every tensor its code keeps x 1.10"
+_GATHER = "ZeRO-1's all-gather buffers as new segments (the replay: {}), which over-bill the 8B"
 UNDER = {
-    "nanotron_bench_1B_2node_dp8_tp1_pp2": f"-9.7%: {_SCATTER} (its 4-node twin: +2.5%)",
-    "nanotron_bench_3B_2node_dp8_tp1_pp2": f"-5.9%: {_SCATTER}",
-    "nanotron_bench_3B_4node_dp16_tp1_pp2": f"-7.3%: {_SCATTER}",
-    "nanotron_bench_3B_8node_dp32_tp1_pp2": f"-14.2%: {_SCATTER}",
-    "nanotron_bench_3B_1node_dp4_tp1_pp2": f"-4.1%: {_SCATTER}",
-    "nanotron_bench_8B_2node_dp4_tp4_pp1": f"-11.7%: {_SCATTER}",
+    "nanotron_bench_1B_2node_dp8_tp1_pp2": f"-9.7%: {_GATHER.format('-0.1%')}",
+    "nanotron_bench_3B_2node_dp8_tp1_pp2": f"-5.9%: {_GATHER.format('+0.5%')}",
+    "nanotron_bench_3B_4node_dp16_tp1_pp2": f"-7.3%: {_GATHER.format('+0.9%')}",
+    "nanotron_bench_3B_8node_dp32_tp1_pp2": f"-14.2%: {_GATHER.format('+1.4%')}",
+    "nanotron_bench_3B_1node_dp4_tp1_pp2": f"-4.1%: {_GATHER.format('+0.5%')}",
+    "nanotron_bench_8B_2node_dp4_tp4_pp1": f"-11.7%: {_SCATTER} (the replay: -11.5%)",
     # its 32-GPU twin prints 1.0 GiB more, where FSDP's sharded state (16 B a parameter) differs
     # by 1.9 GiB between 32 and 64 shards: the twin is predicted -1.2%. Scored as it ran: op-level
     # SAC (torchtitan @ e7c0cae llama3_8b.toml sets selective_ac_option "op" over the config

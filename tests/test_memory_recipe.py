@@ -178,7 +178,7 @@ def test_fsdp1_reduces_a_units_gradient_in_the_parameter_dtype() -> None:
 
 
 def test_nanotron_places_pipeline_blocks_by_cost() -> None:
-    # nanotron @ 2411b02 models/base.py: a rank takes blocks until the running cost passes its
+    # nanotron @ e24d248 models/base.py: a rank takes blocks until the running cost passes its
     # share; Llama 3.2 1B-like (16 layers of 67M, a 268M output layer) on 2 stages: 11 + 5
     layer = 4 * 2048 * 2048 + 3 * 8192 * 2048
     assert cost_balanced_split(16, layer, 131072 * 2048, 2) == (11, 5)
@@ -380,6 +380,31 @@ def test_float8_linear_saves_its_fp8_weight_per_micro_batch_in_flight() -> None:
     kf_ag = kf | {"precision": "FP8", "fp8_all_gather": True}
     got = _state(kf_ag, zero=0)["weights"] - _state(kf, zero=0)["weights"]
     assert got == pytest.approx(8 * LAYER, abs=KIB * KIB)
+    # ... but not on the layers it recomputes (the checkpoint drops the saved cast)
+    assert _state(kf_ag, zero=0, recompute="FULL") == _state(
+        kf | {"precision": "FP8"}, zero=0, recompute="FULL"
+    )
+    bf16_full = _state(kf, zero=0, recompute="FULL")["weights"]
+    assert _state(kf_ag, zero=0, recompute="FULL")["weights"] == bf16_full
+
+
+def test_fp8_all_gather_at_zero_0_saves_casts_only_where_nothing_recomputes() -> None:
+    # both stages of a pipelined single-replica torchtitan run (dp 1: ZeRO-0, no FSDP2 gather)
+    fp8 = {"framework": "TORCHTITAN", "precision": "FP8", "fp8_all_gather": True}
+    bf16 = {"framework": "TORCHTITAN"}
+    t = {"seq_len": S, "global_batch_tokens": 4 * S}
+    A = resolve_model(ModelSpec(**MODEL))
+    H = resolve_cluster(ClusterSpec(gpu="h100-sxm-80gb", num_gpus=2))
+    for r, copies in (("NONE", {"first": 2, "last": 1}), ("FULL", {"first": 0, "last": 0})):
+        c = ParallelConfig(tp=1, pp=2, dp=1, micro_batch_size=1, num_microbatches=4, recompute=r)
+        p = Point.from_config(c)
+        w = {}
+        for name, tr in (("fp8", fp8), ("bf16", bf16)):
+            cm = CostModel(A, H, TrainingSpec(**t, **tr), SearchSpec())
+            w[name] = {st: cm.tenants_int(p, st)["weights"] * KIB for st in ("first", "last")}
+        for st, n in copies.items():
+            got = w["fp8"][st] - w["bf16"][st]
+            assert got == pytest.approx(n * 4 * LAYER, abs=KIB * KIB), (r, st)
 
 
 def test_fp8_all_gather_needs_fp8_and_fsdp2() -> None:

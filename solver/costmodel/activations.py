@@ -16,7 +16,7 @@ framework profile (`Recipe.activations`).
   (Korthikanti §4.2.2), so every tensor is split over tp; DTensor TP (torchtitan, KempnerForge)
   saves the all-gathered input of each column-parallel matmul, whole on every tp rank;
   nanotron's reduce_scatter tp mode keeps the shard and gathers it again in backward
-  (nanotron @ 2411b02 tp_recompute_allgather), with eager PyTorch's 8f gated MLP.
+  (nanotron @ e24d248 tp_recompute_allgather), with eager PyTorch's 8f gated MLP.
 
 Without fused attention the scores add 5·a·s bytes per token (Korthikanti eq. 2: softmax, its
 dropout mask and output). Selective recomputation: Megatron recomputes the core attention, which
@@ -123,7 +123,7 @@ def _layer(
         if A.kv == A.a and latent == 0.0:
             # multi-head attention: q, k, v are views of one contiguous [3, b, s, heads, d] copy
             # of the qkv projection, kept whole while flash attention holds q, beside the K,V it
-            # concatenates anew (nanotron @ 2411b02 models/llama.py CausalSelfAttention.forward)
+            # concatenates anew (nanotron @ e24d248 models/llama.py CausalSelfAttention.forward)
             split += 4.0 * aw
         return (4.0 * h + norm_out + latent) / sp_shard(lay) + split / T  # re-gathered shards
     if compiled:

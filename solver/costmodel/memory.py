@@ -173,7 +173,7 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
             terms.append(experts_at(acc))
     if rc.backward_grads:
         # the bf16 .grad of every stage-local parameter, alive once a micro-batch's backward has
-        # run and until the fp32 accumulator adds and frees them (nanotron @ 2411b02
+        # run and until the fp32 accumulator adds and frees them (nanotron @ e24d248
         # optim/gradient_accumulator.py FP32GradientAccumulator.backward; DDP's buckets are
         # copies, not views: trainer.py DistributedDataParallel without gradient_as_bucket_view)
         def excess(lay: LayoutOrRows, r: Recompute) -> np.ndarray:
@@ -291,10 +291,12 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
             )
         )
         if saved is not None:  # a copy per micro-batch in flight, as the activations
+            # two gates of the same bytes: the smaller of the pair is their AND (see _fp8_saved)
+            (fa, sa), (fb, sb) = saved if len(saved) == 2 else saved * 2
             pairs.append(
                 (
-                    Term("weights", saved[0], sel=saved[1], pv=q_first),
-                    Term("weights", saved[0], sel=saved[1], pv=pv_stage, db=BatchFactor.of(0, 1)),
+                    Term("weights", fa, sel=sa, pv=q_first),
+                    Term("weights", fb, sel=sb, pv=pv_stage, db=BatchFactor.of(0, 1)),
                 )
             )
     else:
@@ -312,33 +314,42 @@ def memory_terms(c: Ctx, stage: str) -> tuple[list[Term], list[tuple[Term, Term]
             return Fraction(nc if v == 1 else nc * ((v - 1) * p + 1))
 
         terms.append(Term("activations", act, sel="r", pv=q_last, db=mb))
-        if saved is not None:
-            terms.append(Term("weights", saved[0], sel=saved[1], pv=q_last))
+        if saved is not None and len(saved) == 2:  # both gates: the smaller is their AND
+            (fa, sa), (fb, sb) = saved
+            pairs.append(
+                (Term("weights", fa, sel=sa, pv=q_last), Term("weights", fb, sel=sb, pv=q_last))
+            )
+        elif saved is not None:
+            terms.append(Term("weights", saved[0][0], sel=saved[0][1], pv=q_last))
     return terms, pairs
 
 
-def _fp8_saved(c: Ctx) -> tuple[Callable[[LayoutOrRows, object], np.ndarray | float], str] | None:
+def _fp8_saved(
+    c: Ctx,
+) -> list[tuple[Callable[[LayoutOrRows, object], np.ndarray | float], str]] | None:
     """One layer's FP8 weights an eager torchao Float8Linear saves for backward
-    (`Recipe.fp8_saved_weights`), per micro-batch in flight, and the axis it depends on: only
+    (`Recipe.fp8_saved_weights`), per micro-batch in flight, as gates of the same bytes on the
+    axes it depends on (two gates: billed where both are open, the smaller of a pair). Only
     where nothing recomputes the layer (a checkpointed layer, whole or op-level, discards the
     cast and casts again in its backward: torchtitan's op-level policy saves matmul outputs, not
     casts). Where FSDP2 gathers the weights in FP8 (`gathered_weights` 1) the saved weight is the
     gathered unit itself, freed when FSDP2 reshards it (ZeRO-3) or kept as the gathered weights
-    (under pipelining): then only ZeRO-0, with no FSDP2 to gather, saves casts (billed whatever
-    the recomputation: over, never under). None where the recipe saves none. The routed experts
-    are not Float8Linear modules."""
+    (under pipelining): then only ZeRO-0, with no FSDP2 to gather, saves casts, and only on the
+    layers nothing recomputes (pytorch/ao @ 0afa4c1 torchao/float8/float8_linear.py: the cast is
+    saved by matmul_with_hp_or_float8_args; torch.utils.checkpoint frees what the forward saved).
+    None where the recipe saves none. The routed experts are not Float8Linear modules."""
     rc = c.recipe
     nb = rc.fp8_saved_weights
     if not nb:
         return None
+
+    def saved(lay: LayoutOrRows, r: object) -> np.ndarray | float:
+        return _bytes(c, lay, "dense", nb) if r is Recompute.NONE else 0.0
+
     if rc.gathered_weights == 1:
 
         def unsharded(lay: LayoutOrRows, z: object) -> np.ndarray | float:
             return _bytes(c, lay, "dense", nb) if z == 0 else 0.0
 
-        return unsharded, "z"
-
-    def saved(lay: LayoutOrRows, r: object) -> np.ndarray | float:
-        return _bytes(c, lay, "dense", nb) if r is Recompute.NONE else 0.0
-
-    return saved, "r"
+        return [(unsharded, "z"), (saved, "r")]
+    return [(saved, "r")]

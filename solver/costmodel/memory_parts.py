@@ -49,7 +49,7 @@ def logits_held(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
 @functools.lru_cache(maxsize=1024)
 def cost_balanced_split(L: int, layer: int, head: int, pp: int) -> tuple[int, ...]:
     """Decoder layers per pipeline rank when blocks are placed by cumulative cost (nanotron @
-    2411b02 models/base.py build_model, costs of models/llama.py get_block_compute_costs: a layer
+    e24d248 models/base.py build_model, costs of models/llama.py get_block_compute_costs: a layer
     4·a·d·h + 3·f·h, the output layer V·h, the embedding 0): a block goes to the current rank,
     which is closed once the running cost passes its share (rank + 1)/pp of the total."""
     total = L * layer + head
@@ -70,7 +70,7 @@ def stage_boundary(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
 
 def gather_buffers(c: Ctx, lay: LayoutOrRows) -> np.ndarray:
     """The tp layers' persistent gather buffers (`Recipe.tp_gather_buffers`), each a micro-batch
-    sequence's [tokens, h] in bf16, with tp > 1 and sequence parallelism (nanotron @ 2411b02
+    sequence's [tokens, h] in bf16, with tp > 1 and sequence parallelism (nanotron @ e24d248
     parallel/utils.py MemoryBuffer: kept at the largest size asked)."""
     on = (lay.tp > 1) & lay.sp
     return pick(on, c.recipe.tp_gather_buffers * seq_shard(c, lay) * ACT_BYTES * c.A.h, 0.0)

@@ -56,13 +56,16 @@ SOURCES: Mapping[Framework, str] = MappingProxyType(
             "(param, reduce and buffer dtype bf16; sharded fp32 flat parameters)"
         ),
         Framework.NANOTRON: (
-            "huggingface/nanotron @ 2411b022a75fb7f7561a1bb4166706da5e1b76de: "
-            "src/nanotron/config/{config,parallelism_config}.py, src/nanotron/helpers.py, "
+            "huggingface/nanotron @ e24d2483a4e508e1298ed91b5f5abffa473dc647 (the scaling "
+            "sweep's version, the one its memory recipe is checked against): "
+            "src/nanotron/trainer.py (make_ddp), src/nanotron/helpers.py, "
             "src/nanotron/optim/{gradient_accumulator,zero}.py, "
-            "src/nanotron/parallel/tensor_parallel/functional.py, src/nanotron/models/llama.py, "
-            "src/nanotron/parallel/pipeline_parallel/engine.py, src/nanotron/parallel/utils.py; "
-            "@ e24d2483a4e508e1298ed91b5f5abffa473dc647 (the scaling sweep's version): "
-            "src/nanotron/trainer.py (make_ddp)"
+            "src/nanotron/parallel/tensor_parallel/functional.py, src/nanotron/models/"
+            "{base,llama}.py, src/nanotron/parallel/pipeline_parallel/engine.py, "
+            "src/nanotron/parallel/utils.py; the same rules @ "
+            "2411b022a75fb7f7561a1bb4166706da5e1b76de (the config files the export writes: "
+            "src/nanotron/config/{config,parallelism_config}.py), where make_ddp wraps every "
+            "dp > 1 model and ZeRO-1 with the fp32 accumulator raises in its DDP hook"
         ),
         Framework.KEMPNERFORGE: (
             "KempnerInstitute/KempnerForge @ 5666d0d161539998210f99f16f986b1ab76cbffe: "

@@ -32,7 +32,10 @@ from meshplan.solver.schema import Framework, LossKernel
 # its weight to FP8 on every forward and saves that cast for backward, 1 byte a weight element
 # (pytorch/ao @ 0afa4c1 torchao/float8/float8_linear.py: Float8Linear.forward
 # _cast_weight_to_float8_t, matmul_with_hp_or_float8_args.forward save_for_backward(input_hp,
-# weight_hp_t); force_recompute_fp8_weight_in_bwd is deprecated there and changes nothing)
+# weight_hp_t); force_recompute_fp8_weight_in_bwd is deprecated there and changes nothing).
+# Compiled blocks are billed the same: before pytorch/ao 03c850a torchao/float8/config.py said
+# torch.compile may save the unsharded fp8 weight for backward under FSDP; from it, that PyTorch
+# core recomputes it, from a PyTorch version that commit does not name (an over-bill there)
 FLOAT8_SAVED_WEIGHT = 1
 
 _TORCHTITAN = Recipe(
