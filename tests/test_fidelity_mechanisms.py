@@ -102,3 +102,36 @@ def test_nanotrons_zero1_all_reduces_fp32_gradients_after_the_step_unhidden() ->
     assert 1 not in nano.rates.ov.dp_stages and 0 in nano.rates.ov.dp_stages
     meg = model(Framework.MEGATRON)
     assert _dp_volume(meg.ctx, 1) == (4 + 2, 0.0) and 1 in meg.rates.ov.dp_stages
+
+
+def test_torchao_float8_casts_each_gemm_operand_and_te_fuses_them() -> None:
+    from meshplan.solver.costmodel import Point
+    from meshplan.solver.costmodel.rates import FLOAT8_CAST, FLOAT8_CAST_EAGER
+    from meshplan.solver.schema import ParallelConfig, Precision
+
+    A = resolve_model(ModelSpec(preset="llama3-8b"))
+    H = resolve_cluster(ClusterSpec(gpu="h100-sxm-80gb", num_gpus=8))
+    p = Point.from_config(
+        ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=1, num_microbatches=4, zero_stage=3)
+    )
+
+    def model(fw: Framework, prec: Precision, compiled: bool | None = True) -> CostModel:
+        t = TrainingSpec(seq_len=8192, framework=fw, precision=prec, compiled=compiled)
+        return CostModel(A, H, t, SearchSpec())
+
+    fp8 = model(Framework.TORCHTITAN, Precision.FP8)
+    bf16 = model(Framework.TORCHTITAN, Precision.BF16)
+    # compiled: 6 bytes per element of every linear's input and output gradient (tp = 1: the
+    # 4 h-wide ones, q, k, v and o, and the MLP's three f-wide ones)
+    elems = 4 * A.h + 2 * (A.a + A.kv) * A.head_dim + 3 * A.f
+    extra = fp8.rates.elementwise(p.lay) - bf16.rates.elementwise(p.lay)
+    assert abs(extra - FLOAT8_CAST * elems / H.hbm_bw) < 1e-9 * extra
+    assert fp8.rates.fixed(p.lay)[0] > bf16.rates.fixed(p.lay)[0]  # the weights' casts
+    # eager: every cast is five kernels, twice per tensor, and each linear casts its own input
+    eager = model(Framework.TORCHTITAN, Precision.FP8, None).rates.float8_casts(p.lay)
+    assert eager / fp8.rates.float8_casts(p.lay) > FLOAT8_CAST_EAGER / FLOAT8_CAST
+    # Transformer Engine fuses its casts into the kernels already counted: no term
+    te8 = model(Framework.MEGATRON, Precision.FP8, None).rates.elementwise(p.lay)
+    assert te8 == model(Framework.MEGATRON, Precision.BF16, None).rates.elementwise(p.lay)
+    # the step: slower than without the casts, by less than FP8's GEMM gain
+    assert fp8.performance(p).tokens_per_s > bf16.performance(p).tokens_per_s

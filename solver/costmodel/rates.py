@@ -78,6 +78,23 @@ ROUTER_BYTES = 4
 # DeepSeek-V3 report §3.3.2: the activations before the up-projections and the gradients before
 # the down-projections are dispatched in FP8, both combines kept in BF16).
 FP8_DISPATCH_BYTES = 1 + 4 / 128
+# torchao's Float8Linear (torchtitan's and KempnerForge's FP8: tensorwise dynamic scaling, the
+# recipe's fp8_saved_weights marks it) casts every GEMM operand to FP8 itself, in kernels of
+# their own: each linear's input and each output's gradient, and its weight once per micro-batch
+# (pytorch/ao @ 36027d8 torchao/float8/float8_linear.py matmul_with_hp_or_float8_args: input and
+# weight forward; grad_output for dgrad and for wgrad, weight, input again backward; each cast
+# float8_scaling_utils.py hp_tensor_to_float8_dynamic: amax = max(abs(x)), then x.to(fp32) *
+# scale, clamp, .to(fp8)). Compiled, Inductor fuses each tensor's casts into an amax pass and one
+# cast writing the row- and column-major copies: 2 + (2 + 1 + 1) bytes per activation element, 2
+# + (2 + 1) + (2 + 1) per weight (torchao/testing/training/roofline_utils.py
+# get_tensor_memory_traffic_ovhd_s, "tensorwise"). Eager, every cast runs its five kernels (abs
+# 2+2, max 2, to fp32 2+4, scale 4+4, clamp 4+4, to fp8 4+1: 33 bytes), twice per tensor (the
+# dim0 and dim1 casts), and a module's own input cast per linear (wq, wk, wv and w1, w3 each
+# cast the same x). Transformer Engine fuses its casts into the norm, activation and transpose
+# kernels the fused path already counts (ELEM_H, ELEM_ACT).
+FLOAT8_CAST = 2 + 2 + 1 + 1
+FLOAT8_CAST_WEIGHT = 2 + 3 + 3
+FLOAT8_CAST_EAGER = 2 * (2 + 2 + 2 + 2 + 4 + 4 + 4 + 4 + 4 + 4 + 1)
 
 
 def _etp(te: tuple[int, ...]) -> int:
@@ -149,6 +166,16 @@ class Rates:
         # combines in BF16 (FP8_DISPATCH_BYTES).
         fp8_dispatch = fp8 and self.ov.ep_dedup
         self.a2a_bytes = (FP8_DISPATCH_BYTES + ACT_BYTES) / 2 if fp8_dispatch else float(ACT_BYTES)
+        # torchao Float8Linear's own casts (FLOAT8_*): bytes per element of the GEMMs' activation
+        # operands and per dense weight element per micro-batch; 0 where none run
+        self.float8 = fp8 and c.recipe.fp8_saved_weights > 0
+        compiled = c.recipe.compiled
+        self.cast_bytes = (FLOAT8_CAST if compiled else FLOAT8_CAST_EAGER) if self.float8 else 0
+        self.cast_weight_bytes = 0
+        if self.float8:
+            self.cast_weight_bytes = FLOAT8_CAST_WEIGHT if compiled else FLOAT8_CAST_EAGER
+        # eager: the inputs each extra linear casts again (wk, wv; w3 of a gated dense MLP)
+        self.cast_extra_h = 0.0 if compiled else 2.0 + self.dense * (g - 2)
 
     # -- links (span: an int, or an array of rows) -------------------------------------------
     def bw(self, span):  # noqa: ANN001, ANN201
@@ -224,17 +251,26 @@ class Rates:
     @rowwise
     def elementwise(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Memory-bound elementwise kernels per token: the h-wide ones are split over tp with
-        sequence parallelism (else replicated), the activation's over tp."""
+        sequence parallelism (else replicated), the activation's over tp; torchao's FP8 casts."""
         if self.eager:
-            return self._eager_elementwise(lay)
+            t = self._eager_elementwise(lay)
+        else:
+            A = self.c.A
+            h_part = ELEM_H * A.h / pick(lay.sp, lay.tp, 1)
+            act = ACT_BYTES * ELEM_ACT * self.dense * self.gate * A.f
+            t = (ACT_BYTES * h_part + (act + self._moe_bytes()) / lay.tp) / self.c.H.hbm_bw
+        if self.float8:
+            return t + self.float8_casts(lay)
+        return t
+
+    def _moe_bytes(self) -> float:
+        """Per token, before tp: the routed and shared experts' activations (ELEM_ACT) and the
+        router's passes over its logits (ROUTER_PASSES), fused or eager alike."""
         A = self.c.A
-        h_part = ELEM_H * A.h / pick(lay.sp, lay.tp, 1)
-        act = self.dense * self.gate * A.f
-        router = 0.0
-        if A.is_moe:
-            act += self.moe * self.gate * A.fe * (A.top_k + A.shared)
-            router = self.moe * ROUTER_PASSES * A.E * ROUTER_BYTES / lay.tp
-        return (ACT_BYTES * (h_part + ELEM_ACT * act / lay.tp) + router) / self.c.H.hbm_bw
+        if not A.is_moe:
+            return 0.0
+        act = ACT_BYTES * ELEM_ACT * self.moe * self.gate * A.fe * (A.top_k + A.shared)
+        return act + self.moe * ROUTER_PASSES * A.E * ROUTER_BYTES
 
     def _eager_elementwise(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Per token: the unfused pointwise ops of torchtitan's eager Llama blocks (EAGER_*)."""
@@ -244,13 +280,17 @@ class Rates:
         split = EAGER_QK * (q + k) + EAGER_OUT * q + per_f * self.dense * A.f
         if self.c.recipe.kv_repeated:
             split += EAGER_REPEAT * (q + k)
-        router = 0.0
-        if A.is_moe:  # the experts' activations and the router as ELEM_ACT and ROUTER_PASSES
-            split += ACT_BYTES * ELEM_ACT * self.moe * self.gate * A.fe * (A.top_k + A.shared)
-            router = self.moe * ROUTER_PASSES * A.E * ROUTER_BYTES
-        return (EAGER_H * A.h / pick(lay.sp, lay.tp, 1) + (split + router) / lay.tp) / (
-            self.c.H.hbm_bw
-        )
+        split += self._moe_bytes()
+        return (EAGER_H * A.h / pick(lay.sp, lay.tp, 1) + split / lay.tp) / self.c.H.hbm_bw
+
+    @rowwise
+    def float8_casts(self, lay: LayoutOrRows) -> np.ndarray | float:
+        """Per token: torchao Float8Linear's casts of the dense GEMMs' activation operands (each
+        linear's input and output gradient: the h-wide ones on the sequence shard, as
+        Float8ColwiseParallel casts before the all-gather, the rest split by tp), FLOAT8_*."""
+        h_wide = self.dims_full + self.cast_extra_h * self.c.A.h
+        elems = h_wide / pick(lay.sp, lay.tp, 1) + self.dims_split / lay.tp
+        return self.cast_bytes * elems / self.c.H.hbm_bw
 
     @rowwise
     def expert_traffic_ref(self, lay: LayoutOrRows) -> np.ndarray | float:
@@ -263,6 +303,11 @@ class Rates:
     def weight_traffic(self, lay: LayoutOrRows) -> np.ndarray | float:
         """Per micro-batch per layer: the dense weights read and their FP32 gradient updated."""
         return self.c.K.mem_exposed * WEIGHT_TRAFFIC * self.params_dense / lay.tp / self.c.H.hbm_bw
+
+    @rowwise
+    def float8_weight_casts(self, lay: LayoutOrRows) -> np.ndarray | float:
+        """Per micro-batch per layer: torchao Float8Linear casting its dense weights (FLOAT8_*)."""
+        return self.cast_weight_bytes * self.params_dense / lay.tp / self.c.H.hbm_bw
 
     def expert_weight_traffic_ref(self) -> float:
         """Per micro-batch per layer, all experts of a layer; the te factor is 1/(ep·etp)."""
@@ -445,8 +490,11 @@ class Rates:
     @rowwise
     def fixed(self, lay: LayoutOrRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per layer per micro-batch: (launches + weight traffic, tp latency, cp latency)."""
+        fixed = self.c.K.kappa0 + self.weight_traffic(lay)
+        if self.float8:
+            fixed = fixed + self.float8_weight_casts(lay)
         return (
-            self.c.K.kappa0 + self.weight_traffic(lay),
+            fixed,
             self.tp_latency(lay),
             self.cp_latency(lay),
         )
