@@ -5,15 +5,11 @@ reads them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from meshplan.solver.costmodel.context import Ctx
 from meshplan.solver.costmodel.point import LayoutOrRows, pick
 from meshplan.solver.schema import Framework
-
-if TYPE_CHECKING:
-    from meshplan.solver.costmodel.rates import Rates
 
 # Elementwise kernels of a layer, unfused, elements read + written per token: the two norms,
 # the bias-dropout-residual adds and the MLP activation forward (~10·h + the activation's input
@@ -52,14 +48,16 @@ UNFUSED_SCORE_PASSES = 10
 FLOAT8_TP_BYTES = (1 + 1 + 2 + 2) / 4
 
 
-def eager_elementwise(R: Rates, lay: LayoutOrRows, moe_bytes: float) -> np.ndarray | float:
-    """Per token: the unfused pointwise ops of torchtitan's eager Llama blocks (EAGER_*), and
-    the experts' and router's (`moe_bytes`, as fused)."""
-    A = R.c.A
+def eager_elementwise(
+    c: Ctx, dense: float, lay: LayoutOrRows, moe_bytes: float
+) -> np.ndarray | float:
+    """Per token: the unfused pointwise ops of torchtitan's eager Llama blocks (EAGER_*), with
+    `dense` the share of dense MLP layers, and the experts' and router's (`moe_bytes`, as fused)."""
+    A = c.A
     q, k = A.a * A.head_dim, A.kv * A.head_dim
     per_f = EAGER_F if A.gated else EAGER_F_UNGATED
-    split = EAGER_QK * (q + k) + EAGER_OUT * q + per_f * R.dense * A.f
-    if R.c.recipe.kv_repeated:
+    split = EAGER_QK * (q + k) + EAGER_OUT * q + per_f * dense * A.f
+    if c.recipe.kv_repeated:
         split += EAGER_REPEAT * (q + k)
     split += moe_bytes
-    return (EAGER_H * A.h / pick(lay.sp, lay.tp, 1) + split / lay.tp) / R.c.H.hbm_bw
+    return (EAGER_H * A.h / pick(lay.sp, lay.tp, 1) + split / lay.tp) / c.H.hbm_bw

@@ -210,7 +210,7 @@ class Rates:
         """Memory-bound elementwise kernels per token: the h-wide ones are split over tp with
         sequence parallelism (else replicated), the activation's over tp."""
         if self.eager:
-            return eager_elementwise(self, lay, self._moe_bytes())
+            return eager_elementwise(self.c, self.dense, lay, self._moe_bytes())
         A = self.c.A
         h_part = ELEM_H * A.h / pick(lay.sp, lay.tp, 1)
         act = ACT_BYTES * ELEM_ACT * self.dense * self.gate * A.f
