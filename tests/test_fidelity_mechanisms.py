@@ -102,3 +102,37 @@ def test_nanotrons_zero1_all_reduces_fp32_gradients_after_the_step_unhidden() ->
     assert 1 not in nano.rates.ov.dp_stages and 0 in nano.rates.ov.dp_stages
     meg = model(Framework.MEGATRON)
     assert _dp_volume(meg.ctx, 1) == (4 + 2, 0.0) and 1 in meg.rates.ov.dp_stages
+
+
+def test_torchao_float8_tp_all_gathers_in_fp8_and_reduce_scatters_in_bf16() -> None:
+    from meshplan.solver.costmodel import Point
+    from meshplan.solver.schema import ParallelConfig, Precision
+
+    A = resolve_model(ModelSpec(preset="llama3-70b"))
+    H = resolve_cluster(ClusterSpec(gpu="h100-sxm-80gb", num_gpus=64))
+    p = Point.from_config(
+        ParallelConfig(
+            tp=8,
+            pp=1,
+            dp=8,
+            micro_batch_size=1,
+            num_microbatches=8,
+            zero_stage=3,
+            sequence_parallel=True,
+        )
+    )
+
+    def model(fw: Framework, prec: Precision) -> CostModel:
+        return CostModel(
+            A, H, TrainingSpec(seq_len=8192, framework=fw, precision=prec), SearchSpec()
+        )
+
+    fp8, bf16 = (
+        model(Framework.TORCHTITAN, Precision.FP8),
+        model(Framework.TORCHTITAN, Precision.BF16),
+    )
+    # two all-gathers of 1 byte, two reduce-scatters of 2, against four of 2
+    assert fp8.rates.tp_raw(p.lay) == bf16.rates.tp_raw(p.lay) * (1 + 1 + 2 + 2) / 8
+    # Megatron with Transformer Engine keeps its BF16 volume under FP8
+    te8, te16 = model(Framework.MEGATRON, Precision.FP8), model(Framework.MEGATRON, Precision.BF16)
+    assert te8.rates.tp_raw(p.lay) == te16.rates.tp_raw(p.lay)

@@ -508,6 +508,8 @@ def test_cpsat_optimum_equals_oracle_with_float8_linear_s_saved_weights() -> Non
                 "framework": "TORCHTITAN",
                 "precision": "FP8",
             },
+            # tp 1: with tp 2 (FP8 all-gathers) every layer is kept at about the same speed
+            "search": {"tp": 1},
             "options": {"explain": False, "time_limit_s": 60},
         }
     )

@@ -26,8 +26,16 @@ from meshplan.solver.costmodel.point import (
     pick,
     rowwise,
 )
+from meshplan.solver.costmodel.pointwise import (
+    EAGER_FRAMEWORKS,
+    ELEM_ACT,
+    ELEM_H,
+    FLOAT8_TP_BYTES,
+    UNFUSED_SCORE_PASSES,
+    eager_elementwise,
+)
 from meshplan.solver.profiles import profile_of
-from meshplan.solver.schema import Framework, Precision, TrainingSpec
+from meshplan.solver.schema import Precision, TrainingSpec
 
 CAUSAL = 0.5  # FlashAttention skips masked blocks: causal attention does half the work (Dao 2022)
 # Bytes of memory traffic per GEMM element, forward + backward: x and y forward, dy and dx for
@@ -36,33 +44,6 @@ CAUSAL = 0.5  # FlashAttention skips masked blocks: causal attention does half t
 # written by the accumulating wgrad GEMM (Megatron's gradient_accumulation_fusion): 2+2+4+4.
 ACT_TRAFFIC = 3 * ACT_BYTES
 WEIGHT_TRAFFIC = 12
-# Elementwise kernels of a layer, unfused, elements read + written per token: the two norms,
-# the bias-dropout-residual adds and the MLP activation forward (~10·h + the activation's input
-# and output), about twice that backward: 30·h + 3·(activation input + output).
-ELEM_H = 30
-ELEM_ACT = 3
-# torchtitan's Llama blocks run eager unless compiled (training.compile, default off), and its
-# pointwise code is unfused (pytorch/torchtitan @ 9dec370 models/norms.py RMSNorm:
-# self._norm(x.float()).type_as(x) * self.weight; models/llama/model.py apply_rotary_emb: q and
-# k .float() -> view_as_complex * freqs_cis -> view_as_real -> type_as, repeat_kv's expanded
-# copies, output.transpose(1, 2).contiguous(), FeedForward F.silu(w1(x)) * w3(x), the two
-# residual adds). Bytes read + written per token forward: each RMSNorm 36 per h (cast 2+4, pow
-# 4+4, mean 4, scale 4+4, cast back 4+2, weight 2+2), each add 6 per h; RoPE 20 per q and k
-# element (cast 2+4, complex product 4+4, cast back 4+2); SDPA's output copy 4 per q; SwiGLU 10
-# per f (silu 2+2, product 4+2); repeated K,V (kv_repeated) 4 per q element and 4 per kv
-# element. Backward autograd replays each op's reads and writes about twice: 3x the forward.
-# torch.compile fuses them into the passes ELEM_H counts (Inductor pointwise fusion).
-EAGER_FRAMEWORKS = frozenset({Framework.TORCHTITAN})
-EAGER_H = 3 * (2 * 36 + 2 * 6)  # norms and residual adds, per h
-EAGER_QK = 3 * 20  # RoPE per element of q and of k
-EAGER_OUT = 3 * 4  # SDPA output made contiguous, per element of q
-EAGER_REPEAT = 3 * 4  # repeat_kv's copies, per element of q and of k
-EAGER_F = 3 * 10  # SwiGLU, per element of the dense MLP's width f
-EAGER_F_UNGATED = 3 * 4  # one activation kernel (read 2, write 2), per element of f
-# Unfused attention's passes over the a·s scores of a token: scale-mask-softmax and dropout
-# forward (write the scores, read them, write the probabilities, the mask and the dropped),
-# about as many backward.
-UNFUSED_SCORE_PASSES = 10
 GEMM_REF_H = 8192  # hidden size at which eta is the GEMM rate (constants.py gemm_h0)
 BUCKET = 40_000_000  # dp bucket (elements): Megatron DDP max(4e7, 1e6·dp) (distributed/ddp)
 # The router's passes over its E logits per token, fp32 (--moe-router-dtype fp32): the logits
@@ -149,6 +130,9 @@ class Rates:
         # combines in BF16 (FP8_DISPATCH_BYTES).
         fp8_dispatch = fp8 and self.ov.ep_dedup
         self.a2a_bytes = (FP8_DISPATCH_BYTES + ACT_BYTES) / 2 if fp8_dispatch else float(ACT_BYTES)
+        # torchao's Float8 tensor parallelism all-gathers in FP8 (FLOAT8_TP_BYTES)
+        float8 = fp8 and c.recipe.fp8_saved_weights > 0
+        self.tp_bytes = FLOAT8_TP_BYTES if float8 else float(ACT_BYTES)
 
     # -- links (span: an int, or an array of rows) -------------------------------------------
     def bw(self, span):  # noqa: ANN001, ANN201
@@ -226,31 +210,20 @@ class Rates:
         """Memory-bound elementwise kernels per token: the h-wide ones are split over tp with
         sequence parallelism (else replicated), the activation's over tp."""
         if self.eager:
-            return self._eager_elementwise(lay)
+            return eager_elementwise(self.c, self.dense, lay, self._moe_bytes())
         A = self.c.A
         h_part = ELEM_H * A.h / pick(lay.sp, lay.tp, 1)
-        act = self.dense * self.gate * A.f
-        router = 0.0
-        if A.is_moe:
-            act += self.moe * self.gate * A.fe * (A.top_k + A.shared)
-            router = self.moe * ROUTER_PASSES * A.E * ROUTER_BYTES / lay.tp
-        return (ACT_BYTES * (h_part + ELEM_ACT * act / lay.tp) + router) / self.c.H.hbm_bw
+        act = ACT_BYTES * ELEM_ACT * self.dense * self.gate * A.f
+        return (ACT_BYTES * h_part + (act + self._moe_bytes()) / lay.tp) / self.c.H.hbm_bw
 
-    def _eager_elementwise(self, lay: LayoutOrRows) -> np.ndarray | float:
-        """Per token: the unfused pointwise ops of torchtitan's eager Llama blocks (EAGER_*)."""
+    def _moe_bytes(self) -> float:
+        """Per token, before tp: the routed and shared experts' activations (ELEM_ACT) and the
+        router's passes over its logits (ROUTER_PASSES), fused or eager alike."""
         A = self.c.A
-        q, k = A.a * A.head_dim, A.kv * A.head_dim
-        per_f = EAGER_F if A.gated else EAGER_F_UNGATED
-        split = EAGER_QK * (q + k) + EAGER_OUT * q + per_f * self.dense * A.f
-        if self.c.recipe.kv_repeated:
-            split += EAGER_REPEAT * (q + k)
-        router = 0.0
-        if A.is_moe:  # the experts' activations and the router as ELEM_ACT and ROUTER_PASSES
-            split += ACT_BYTES * ELEM_ACT * self.moe * self.gate * A.fe * (A.top_k + A.shared)
-            router = self.moe * ROUTER_PASSES * A.E * ROUTER_BYTES
-        return (EAGER_H * A.h / pick(lay.sp, lay.tp, 1) + (split + router) / lay.tp) / (
-            self.c.H.hbm_bw
-        )
+        if not A.is_moe:
+            return 0.0
+        act = ACT_BYTES * ELEM_ACT * self.moe * self.gate * A.fe * (A.top_k + A.shared)
+        return act + self.moe * ROUTER_PASSES * A.E * ROUTER_BYTES
 
     @rowwise
     def expert_traffic_ref(self, lay: LayoutOrRows) -> np.ndarray | float:
@@ -295,7 +268,7 @@ class Rates:
         T = lay.tp
         A = self.c.A
         blocks = 1.0 + self.dense + (self.moe if A.shared else 0.0)
-        return pick(T == 1, 0.0, blocks * 4 * A.h * ACT_BYTES * (T - 1) / T / self.bw(T))
+        return pick(T == 1, 0.0, blocks * 4 * A.h * self.tp_bytes * (T - 1) / T / self.bw(T))
 
     @rowwise
     def tp(self, lay: LayoutOrRows) -> np.ndarray | float:
