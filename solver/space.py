@@ -36,6 +36,7 @@ from meshplan.solver.rules import (
     violations,
 )
 from meshplan.solver.schema import Precision, Recompute, SearchSpec, TrainingSpec
+from meshplan.solver.space_least import least_points
 
 __all__ = ["Batch", "Grid", "Space", "batch_of", "divisors", "fewer_gpu_counts", "violations"]
 T = TypeVar("T")
@@ -482,10 +483,9 @@ class Space:
     def _fits_any(self, rows: Rows, lays: Sequence[Layout], at: Iterable[int]) -> bool:
         """Whether the least-memory point of some layout lays[i], i in `at`, fits; `rows`: the
         rows of `lays`."""
-        pts, pos = self._least_points(lays, at)
-        if not pts:
+        points = least_points(self, rows, list(at))
+        if points is None:
             return False
-        points = Points.of(pts, pos)
         for st in STAGES:
             ok = np.flatnonzero(self.cm.stage_units(rows, points, st) <= self.cm.budget)
             if not len(ok):
