@@ -36,7 +36,7 @@ from meshplan.solver.rules import (
     violations,
 )
 from meshplan.solver.schema import Precision, Recompute, SearchSpec, TrainingSpec
-from meshplan.solver.space_least import least_points
+from meshplan.solver.space_least import least_points, memory_starts
 
 __all__ = ["Batch", "Grid", "Space", "batch_of", "divisors", "fewer_gpu_counts", "violations"]
 T = TypeVar("T")
@@ -473,9 +473,11 @@ class Space:
         """Whether the least-memory point of some lays[i], i in `order`, fits (`rows`: the rows
         of `lays`): the first `first` one by one (a point costs fewer array operations than a
         batch), then the rest at once."""
-        for i in order[:first]:
-            p = self.least_memory_point(lays[i])
-            if p is not None and self.cm.fits(p, rows, i):
+        pts = [(i, p) for i in order[:first] if (p := self.least_memory_point(lays[i]))]
+        if pts:
+            memory_starts(self.cm, rows, {(p.r, p.z) for _, p in pts})
+        for i, p in pts:
+            if self.cm.fits(p, rows, i):
                 return True
         rest = order[first:]
         return bool(rest) and self._fits_any(rows, lays, rest)

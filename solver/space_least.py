@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from meshplan.solver.costmodel.model import STAGES
 from meshplan.solver.costmodel.point import Rows
-from meshplan.solver.costmodel.terms import Points
+from meshplan.solver.costmodel.terms import Points, int_starts_many
 
 if TYPE_CHECKING:
+    from meshplan.solver.costmodel import CostModel
     from meshplan.solver.space import Space
 
 _BITS = 21  # row fields packed into one int64 key, three at most (each below 2^21)
@@ -83,3 +85,17 @@ def _gather(got: list, inv: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     a = np.array([x if x is not None else (0, 0) for x in got], dtype=np.int64).reshape(-1, 2)
     has = np.array([x is not None for x in got], dtype=bool)
     return a[inv, 0], a[inv, 1], has[inv]
+
+
+def memory_starts(cm: CostModel, rows: Rows, keys: set[tuple[object, int]]) -> None:
+    """The integer start tables over `rows` of every group of the memory sums, at these
+    (recomputation, ZeRO stage) values, computed together (`int_starts_many`: one rounding pass
+    over all their terms, the same integers `CostModel.fits` reads group by group)."""
+    asks = []
+    for st in STAGES:
+        m = cm.memory[st]
+        for comp in (m.base, *(c for pair in m.pairs for c in pair)):
+            for g in comp.groups:
+                vals = [None] if g.sel is None else {r if g.sel == "r" else z for r, z in keys}
+                asks += [(g, None if v is None else g.key(v), comp.scale, comp.up) for v in vals]
+    int_starts_many(rows, asks)
