@@ -12,17 +12,31 @@ integers at each point: a point's memory is its own, whatever its position in th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from meshplan.solver.costmodel.model import STAGES
 from meshplan.solver.costmodel.point import Rows
 from meshplan.solver.costmodel.terms import Points, int_starts_many
+from meshplan.solver.schema import Recompute, SearchSpec
 
 if TYPE_CHECKING:
     from meshplan.solver.costmodel import CostModel
-    from meshplan.solver.space import Space
+
+
+class Space(Protocol):
+    """What `least_points` reads of a `space.Space` (which calls it): the pins and the small
+    tables its `least_memory_point` reads, by key."""
+
+    search: SearchSpec
+    _least_db: dict[int, tuple[int, int]]
+    _least_r: Recompute
+
+    def _least_db_interleaved(self, dp: int, pp: int) -> tuple[int, int] | None: ...
+    def _least_te(self, tp: int, cp: int, dp: int) -> tuple[int, int] | None: ...
+    def _zero_values(self, pipelined: bool, sharded: bool) -> list[int]: ...
+
 
 _BITS = 21  # row fields packed into one int64 key, three at most (each below 2^21)
 
