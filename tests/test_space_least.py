@@ -69,3 +69,22 @@ def test_least_points_of_no_layout_or_none_with_a_point() -> None:
     sp.zs = []  # no ZeRO stage the framework runs: no layout has a least-memory point
     sp._zcache.clear()
     assert least_points(sp, rows, list(range(len(rows)))) is None
+
+
+def test_memory_starts_are_what_fits_reads_group_by_group() -> None:
+    """memory_starts fills the rows' memo with the integer start tables CostModel.fits would
+    compute group by group (Group.int_starts over fresh rows), and the same fit answers."""
+    from meshplan.solver.space_least import memory_starts
+
+    sp = _space(*CASES[3])
+    lays = sp.all_layouts
+    batched, alone = Rows.of(lays), Rows.of(lays)
+    pts = [(i, p) for i, lay in enumerate(lays[:6]) if (p := sp.least_memory_point(lay))]
+    memory_starts(sp.cm, batched, {(p.r, p.z) for _, p in pts})
+    asked = [k for k in batched.memo if isinstance(k, tuple) and len(k) == 4]
+    assert asked
+    for g, kv, scale, up in asked:
+        assert np.array_equal(batched.memo[(g, kv, scale, up)], g.int_starts(alone, kv, scale, up))
+    assert pts
+    for i, p in pts:
+        assert sp.cm.fits(p, batched, i) == sp.cm.fits(p, alone, i)
