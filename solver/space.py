@@ -36,6 +36,7 @@ from meshplan.solver.rules import (
     violations,
 )
 from meshplan.solver.schema import Precision, Recompute, SearchSpec, TrainingSpec
+from meshplan.solver.space_least import least_points, memory_starts
 
 __all__ = ["Batch", "Grid", "Space", "batch_of", "divisors", "fewer_gpu_counts", "violations"]
 T = TypeVar("T")
@@ -251,7 +252,8 @@ class Space:
 
     def _grid(self, n: int) -> Grid:
         """The layouts of up to n GPUs that obey the rules and pins, and the values of the other
-        axes that agree with them, before the memory prune."""
+        axes that agree with them, before the memory prune. Candidates are plain tuples in
+        Layout's field order (sorted as Layout sorts), made Layouts once they are kept."""
         A, q, s, prof = self.A, self.search, self.training.seq_len, self.profile
         counts = fewer_gpu_counts(n, self.H.gpn) if q.allow_fewer_gpus else [n]
         no_pp = (A.is_moe and not prof.moe_with_pp) or (A.tied and not prof.tied_with_pp)
@@ -263,51 +265,53 @@ class Space:
         # size that divides tp folds into every layout of that tp
         sizes = {t: sorted({e * et for _, e, et in tes}) for t, tes in groups.items()}
         always = {t: any(t % k == 0 for k in ks) for t, ks in sizes.items()}
-        rows: list[Layout] = []  # distinct: each (g, t, c, p) once
+        # whether the framework runs some ZeRO stage, by (pp > 1, dp·cp > 1)
+        zok = {(a, b): bool(self._zero_values(a, b)) for a in (False, True) for b in (False, True)}
+        rows: list[tuple[int, int, int, int, int, bool]] = []  # distinct: each (g, t, c, p) once
         for g in counts:
             for t, tes in groups.items():
                 if g % t or not tes:
                     continue
+                sp_t = t > 1 and sp_pin
                 for c in _divisors(g // t):
                     if s % (2 * t * c) or (q.cp and c != q.cp):
                         continue
                     if c > 1 and not prof.context_parallel:
                         continue
-                    for p in _divisors(g // (t * c)):
+                    tc = t * c
+                    for p in _divisors(g // tc):
                         if p > max_p or (q.pp and p != q.pp):
                             continue
-                        d = g // (t * c * p)
+                        d = g // (tc * p)
                         if q.dp and d != q.dp:
                             continue
-                        if not always[t] and all((t * c * d) % k for k in sizes[t]):
+                        if not always[t] and all((tc * d) % k for k in sizes[t]):
                             continue
-                        if self._zero_values(p > 1, d * c > 1):
-                            rows.append(Layout(t, p, c, d, g, t > 1 and sp_pin))
+                        if zok[p > 1, d * c > 1]:
+                            rows.append((t, p, c, d, g, sp_t))
         # Free micro-batch sizes are powers of two (what launchers and kernels are tuned for).
         pow2 = [1 << k for k in range(q.max_micro_batch_size.bit_length())]
-        bs = [q.micro_batch_size] if q.micro_batch_size else pow2
-        db = {
-            (d, b, m)
-            for d in {r.dp for r in rows}
-            for b in bs
-            for m in _microbatches(
-                self.batch.fixed_seqs, self.batch.cap_seqs, d * b, q.num_microbatches
-            )
-        }
-        dps = {d for d, _, _ in db}
-        order = lambda r: (r.tp, r.pp, r.cp, r.dp, r.gpus, r.sp)  # noqa: E731  Layout's order
-        lays = tuple(sorted((r for r in rows if r.dp in dps), key=order))
-        te_of: dict[tuple[int, int], tuple] = {}  # rows with one tp and dp·cp share their groups
-        for r in lays:
-            k = (r.tp, r.dp * r.cp)
-            if k not in te_of:
-                te_of[k] = tuple(self._te_of(r, groups))
-        te_all = tuple(sorted({x for v in te_of.values() for x in v}))
-        db_all = tuple(sorted(db))
+        bs = [q.micro_batch_size] if q.micro_batch_size else pow2  # ascending, distinct
+        fixed, cap, pin = self.batch.fixed_seqs, self.batch.cap_seqs, q.num_microbatches
+        # (dp, b, M) in sorted order as made (dp ascending, b ascending, M ascending: each
+        # _microbatches tuple is sorted), and per dp its first, the smallest (b, M)
+        db_all: list[tuple[int, int, int]] = []
         least_db: dict[int, tuple[int, int]] = {}
-        for d, b, m in db_all:
-            least_db.setdefault(d, (b, m))
-        return Grid(lays, db_all, te_of, te_all, least_db)
+        for d in sorted({r[3] for r in rows}):
+            for b in bs:
+                for m in _microbatches(fixed, cap, d * b, pin):
+                    db_all.append((d, b, m))
+                    least_db.setdefault(d, (b, m))
+        rows.sort()  # Layout's order: (tp, pp, cp, dp, gpus, sp)
+        kept = [r for r in rows if r[3] in least_db]
+        lays = tuple(Layout(*r) for r in kept)
+        te_of: dict[tuple[int, int], tuple] = {}  # rows with one tp and dp·cp share their groups
+        for t, _, c, d, _, _ in kept:
+            k = (t, d * c)
+            if k not in te_of:
+                te_of[k] = tuple(x for x in groups.get(t, []) if folds(t, c, d, x[1], x[2]))
+        te_all = tuple(sorted({x for v in te_of.values() for x in v}))
+        return Grid(lays, tuple(db_all), te_of, te_all, least_db)
 
     def _generate(self, n: int, prune: bool = True) -> None:
         q = self.search
@@ -355,10 +359,6 @@ class Space:
         te = sorted({x for k in {(r.tp, r.dp * r.cp) for r in lays} for x in grid.te_of[k]})
         pps = {p for p, _ in pv}
         return [r for r in lays if r.pp in pps], db, pv, te
-
-    @staticmethod
-    def _te_of(row: Layout, groups: dict[int, list[tuple[int, int, int]]]) -> list:
-        return [x for x in groups.get(row.tp, []) if folds(row.tp, row.cp, row.dp, x[1], x[2])]
 
     def compatible(self, axis: str, row: Layout) -> list:
         """Values of an axis that agree with a layout row: (pp, v) with its pp, (dp, b, M) with
@@ -473,9 +473,11 @@ class Space:
         """Whether the least-memory point of some lays[i], i in `order`, fits (`rows`: the rows
         of `lays`): the first `first` one by one (a point costs fewer array operations than a
         batch), then the rest at once."""
-        for i in order[:first]:
-            p = self.least_memory_point(lays[i])
-            if p is not None and self.cm.fits(p, rows, i):
+        pts = [(i, p) for i in order[:first] if (p := self.least_memory_point(lays[i]))]
+        if pts:
+            memory_starts(self.cm, rows, {(p.r, p.z) for _, p in pts})
+        for i, p in pts:
+            if self.cm.fits(p, rows, i):
                 return True
         rest = order[first:]
         return bool(rest) and self._fits_any(rows, lays, rest)
@@ -483,10 +485,9 @@ class Space:
     def _fits_any(self, rows: Rows, lays: Sequence[Layout], at: Iterable[int]) -> bool:
         """Whether the least-memory point of some layout lays[i], i in `at`, fits; `rows`: the
         rows of `lays`."""
-        pts, pos = self._least_points(lays, at)
-        if not pts:
+        points = least_points(self, rows, list(at))
+        if points is None:
             return False
-        points = Points.of(pts, pos)
         for st in STAGES:
             ok = np.flatnonzero(self.cm.stage_units(rows, points, st) <= self.cm.budget)
             if not len(ok):
