@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import field
-from functools import cached_property, lru_cache
+from functools import cached_property
 from math import gcd
 from typing import TypeVar
 
@@ -18,7 +18,6 @@ import numpy as np
 
 from meshplan.solver import cache
 from meshplan.solver.arch import Arch
-from meshplan.solver.batch_size import batch_choice
 from meshplan.solver.costmodel import CostModel, Layout, Point
 from meshplan.solver.costmodel.model import STAGES
 from meshplan.solver.costmodel.point import Rows
@@ -36,22 +35,19 @@ from meshplan.solver.rules import (
     violations,
 )
 from meshplan.solver.schema import Precision, Recompute, SearchSpec, TrainingSpec
+from meshplan.solver.space_batch import (
+    Batch,
+    batch_of,
+    divisors,
+    divisors_kept,
+    fewer_gpu_counts,
+    microbatch_counts,
+)
 from meshplan.solver.space_least import least_points, memory_starts
 
 __all__ = ["Batch", "Grid", "Space", "batch_of", "divisors", "fewer_gpu_counts", "violations"]
 T = TypeVar("T")
 _MISSING = object()
-
-
-def divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
-@lru_cache(maxsize=4096)
-def _divisors(n: int) -> tuple[int, ...]:
-    """divisors(n), kept: a space's generation asks for the same few numbers many times."""
-    return tuple(divisors(n))
 
 
 # Layouts whose least-memory points the planner scores one by one, in `fit_order`, before the
@@ -64,62 +60,6 @@ def fit_order(lay: Layout) -> tuple[int, int]:
     """Layouts that split activations most (the largest tp·cp), then the fewest stages, first:
     their least-memory points fit most often."""
     return -lay.tp * lay.cp, lay.pp
-
-
-def fewer_gpu_counts(n: int, gpn: int) -> list[int]:
-    """GPU counts tried below n: m·2^k for m in {1, 3, 5, 7}, whole nodes (or within one)."""
-    out = {n}
-    for m in (1, 3, 5, 7):
-        x = m
-        while x < n:
-            if x % gpn == 0 or gpn % x == 0:
-                out.add(x)
-            x *= 2
-    return sorted(out, reverse=True)
-
-
-@record(frozen=True)
-class Batch:
-    """The global batch: fixed (sequences) or chosen below a cap (sequences)."""
-
-    fixed_seqs: int  # 0 when the solver chooses
-    cap_seqs: int  # 0: no cap
-
-    def microbatches(self, dp: int, b: int, pin: int = 0) -> list[int]:
-        """Micro-batch counts allowed for (dp, b): the space of the batch identity."""
-        return list(_microbatches(self.fixed_seqs, self.cap_seqs, dp * b, pin))
-
-
-@lru_cache(maxsize=4096)
-def _microbatches(fixed_seqs: int, cap_seqs: int, seqs: int, pin: int) -> tuple[int, ...]:
-    """Batch.microbatches, of a micro-batch step of `seqs` sequences (dp·b), kept."""
-    if fixed_seqs:
-        if fixed_seqs % seqs:
-            return ()
-        m = fixed_seqs // seqs
-        return (m,) if not pin or pin == m else ()
-    top = cap_seqs // seqs
-    if pin:
-        return (pin,) if pin <= top else ()
-    if top < 1:
-        return ()
-    # The largest batch under the cap, and powers of two below it: fewer micro-batches in
-    # flight is the only reason to take a smaller batch (pipeline memory).
-    out = {top}
-    m = 1
-    while m < top:
-        out.add(m)
-        m *= 2
-    return tuple(sorted(out))
-
-
-def batch_of(training: TrainingSpec, active_params: int) -> Batch:
-    s = training.seq_len
-    if training.global_batch_tokens:
-        cap = training.critical_batch_tokens // s if training.critical_batch_tokens else 0
-        return Batch(training.global_batch_tokens // s, cap)
-    cap = batch_choice(training, active_params).cap_tokens  # given, or the scaling law's
-    return Batch(0, cap // s)
 
 
 @record(frozen=True)
@@ -273,13 +213,13 @@ class Space:
                 if g % t or not tes:
                     continue
                 sp_t = t > 1 and sp_pin
-                for c in _divisors(g // t):
+                for c in divisors_kept(g // t):
                     if s % (2 * t * c) or (q.cp and c != q.cp):
                         continue
                     if c > 1 and not prof.context_parallel:
                         continue
                     tc = t * c
-                    for p in _divisors(g // tc):
+                    for p in divisors_kept(g // tc):
                         if p > max_p or (q.pp and p != q.pp):
                             continue
                         d = g // (tc * p)
@@ -294,12 +234,12 @@ class Space:
         bs = [q.micro_batch_size] if q.micro_batch_size else pow2  # ascending, distinct
         fixed, cap, pin = self.batch.fixed_seqs, self.batch.cap_seqs, q.num_microbatches
         # (dp, b, M) in sorted order as made (dp ascending, b ascending, M ascending: each
-        # _microbatches tuple is sorted), and per dp its first, the smallest (b, M)
+        # microbatch_counts tuple is sorted), and per dp its first, the smallest (b, M)
         db_all: list[tuple[int, int, int]] = []
         least_db: dict[int, tuple[int, int]] = {}
         for d in sorted({r[3] for r in rows}):
             for b in bs:
-                for m in _microbatches(fixed, cap, d * b, pin):
+                for m in microbatch_counts(fixed, cap, d * b, pin):
                     db_all.append((d, b, m))
                     least_db.setdefault(d, (b, m))
         rows.sort()  # Layout's order: (tp, pp, cp, dp, gpus, sp)
