@@ -11,9 +11,13 @@ nothing else. So a sweep over batch sizes or pins, or a scheduler asking many va
 job on one cluster, builds them once.
 
 Bounds: `MAX_MODELS` cost models (each small: the one-row tables of at most
-`costmodel.model.ONE_ROW_CACHE` single layouts), `MAX_GROUPED` groupings of terms, and start
-tables over at most `MAX_ROWS` layout rows in all (each row holds a few hundred floats: about
-2 MiB per 1,000 rows, so at most ~130 MiB). The least recently used go first.
+`costmodel.model.ONE_ROW_CACHE` single layouts), `MAX_GROUPED` groupings of terms, and rows whose
+memos (the start tables, the stacked sums of the bounds, per-row quantities) weigh at most
+`MAX_ROW_BYTES` in all: a kept Rows' memo is a `RowsMemo`, which weighs what is stored in it
+(`weigh`: its arrays' bytes) as it grows in use, as `grew` does for the tables. Rows dropped from
+the cache lose their memo (a space still holding them computes again, and its rows are kept again
+once their memo grows). The least recently used go first. `configure(total)` sets the bounds in
+bytes of the rows, tables, spaces and grids together (the server's `solver_cache_bytes`).
 
 The tables and bounds of one search space (`cpsat.tables.Tables`: which axis values agree with
 which rows, the factors, the coarse, shape and fine bounds) depend on the rows and the space's
@@ -28,7 +32,8 @@ request fits on k GPUs (what the explanation's search for the smallest cluster a
 count) depends on the request less its GPU count, so requests for one job at several counts
 share the answers (`fits_by_count`, at most `MAX_FIT_KEYS` such requests). `clear()` empties
 every cache; `info()` reports their sizes. The caches are per process and thread-safe; all but
-the tables' memos (whose weight grows in use: `grew`) are cachetools' LRU caches.
+the rows and the tables' memos (whose weight grows in use: `RowsMemo`, `grew`) are cachetools'
+LRU caches.
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import numpy as np
 from cachetools import LRUCache
 
 from meshplan.solver.arch import Arch
@@ -60,8 +66,15 @@ MAX_MODELS = 64
 # factors' fractions) afresh; with 256, 200, once per family. What a grouping holds is mostly
 # held as well by the spaces and rows that read it (dropping 194 of them freed 0.1 MB).
 MAX_GROUPED = 256
-MAX_ROWS = 65_536
-MAX_TABLE_BYTES = 128 * 2**20
+# The bounds in bytes of one process's rows, tables, spaces and grids: DEFAULT_BYTES in all, split
+# by SHARES (`configure` sets them from another total). Measured on the distinct mix's first 600
+# requests in one process: the rows' memos held ~220 MiB when bounded by 65,536 rows (the stacked
+# sums, `cpsat/bounds.py` stack_sums, ~100 KB a space; the integer start tables of
+# `costmodel/terms.py` int_starts_many), the tables' 35 MiB, the spaces' and grids' ~80 MiB.
+DEFAULT_BYTES = 512 * 2**20
+SHARES = {"rows": 0.25, "tables": 0.25, "spaces": 0.375, "grids": 0.125}
+MAX_ROW_BYTES = int(DEFAULT_BYTES * SHARES["rows"])
+MAX_TABLE_BYTES = int(DEFAULT_BYTES * SHARES["tables"])
 MAX_SPACES = 64
 # A space weighs what its layouts hold once planned over (1.75 KB a layout, measured: 38 spaces
 # of 200,564 layouts freed 351 MB; those of a 1,048,576-GPU request hold ~10,500 layouts each):
@@ -69,14 +82,14 @@ MAX_SPACES = 64
 # bound (64 such spaces held ~0.6 GB).
 SPACE_LAYOUT_BYTES = 2048
 SPACE_BASE_BYTES = 64 * 2**10
-MAX_SPACE_BYTES = 192 * 2**20
+MAX_SPACE_BYTES = int(DEFAULT_BYTES * SHARES["spaces"])
 # A grid's layouts and the lists derived from them, and its base (upper bounds: the grids of
 # the distinct mix's first 400 requests, 314 of 40,880 layouts, held 15.4 MB, 396 bytes a layout
 # with the base; these weigh them 22 MB). With the whole mix's ~600 grids within MAX_GRID_BYTES,
 # the four GPU types of each (model, sequence, count) read one grid.
 GRID_LAYOUT_BYTES = 512
 GRID_BASE_BYTES = 4 * 2**10
-MAX_GRID_BYTES = 64 * 2**20
+MAX_GRID_BYTES = int(DEFAULT_BYTES * SHARES["grids"])
 MAX_FIT_KEYS = 1024  # each ~3.5 KiB at most (two JSON keys, up to ~60 counts): ~3.5 MiB
 # Training fields that do not change the cost model's terms (they shape the search space).
 BATCH_FIELDS = ("global_batch_tokens", "critical_batch_tokens", "train_tokens")
@@ -95,12 +108,134 @@ _lock = threading.Lock()
 # cachetools' LRU caches (bounded in entries, or in bytes through getsizeof), under _lock
 _models: LRUCache[tuple, CostModel] = LRUCache(MAX_MODELS)
 _grouped: LRUCache[tuple, costmodel.Grouped] = LRUCache(MAX_GROUPED)
-_rows: LRUCache[tuple, Rows] = LRUCache(MAX_ROWS, getsizeof=len)  # bounded in layout rows
+_rows: OrderedDict[tuple, Rows] = OrderedDict()  # bounded by `_rows_grew` (memos grow in use)
 _tables: OrderedDict[tuple, Memo] = OrderedDict()  # bounded by `grew` (its memos grow in use)
 _spaces: LRUCache[tuple, object] = LRUCache(MAX_SPACE_BYTES, getsizeof=_space_bytes)
 _grids: LRUCache[tuple, object] = LRUCache(MAX_GRID_BYTES, getsizeof=_grid_bytes)
 _fits: LRUCache[tuple, dict[int, bool]] = LRUCache(MAX_FIT_KEYS)
 _tables_bytes = 0
+_rows_bytes = 0
+
+
+def configure(total_bytes: int) -> None:
+    """Bound this process's rows, tables, spaces and grids to `total_bytes` together (split by
+    SHARES); empties every cache."""
+    global MAX_ROW_BYTES, MAX_TABLE_BYTES, MAX_SPACE_BYTES, MAX_GRID_BYTES, _spaces, _grids
+    if total_bytes < 1:
+        raise ValueError(f"the caches' bound must be at least 1 byte, not {total_bytes}")
+    with _lock:
+        MAX_ROW_BYTES = max(1, int(total_bytes * SHARES["rows"]))
+        MAX_TABLE_BYTES = max(1, int(total_bytes * SHARES["tables"]))
+        MAX_SPACE_BYTES = max(1, int(total_bytes * SHARES["spaces"]))
+        MAX_GRID_BYTES = max(1, int(total_bytes * SHARES["grids"]))
+        _spaces = LRUCache(MAX_SPACE_BYTES, getsizeof=_space_bytes)
+        _grids = LRUCache(MAX_GRID_BYTES, getsizeof=_grid_bytes)
+    clear()
+
+
+ENTRY_BYTES = 160  # a memo's entry besides its value: the key (a tuple) and the dict's slot
+SCALAR_BYTES = 32  # a value that is neither an array nor a container (a float, an object shared)
+
+
+def weigh(value: Any, seen: set[int] | None = None) -> int:
+    """The bytes a memo's value holds: its arrays' (a view counted at most as its base: rows of
+    one table, a broadcast scalar; Python objects in an object array at SCALAR_BYTES each), its
+    containers' (tuples, lists, dicts: a Sums, a per-row quantity with its context), and
+    SCALAR_BYTES for anything else (what it refers to is shared, e.g. a request's context).
+    `seen`: the ids of the arrays (bases) counted already, which count nothing again (a start
+    that is a per-row quantity is kept under both keys); the memo keeps them alive."""
+    if isinstance(value, np.ndarray):
+        base = value
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        if seen is not None:
+            if id(base) in seen:
+                return 0
+            if base is value or value.nbytes >= base.nbytes:
+                seen.add(id(base))  # a view of the whole base: the base is counted
+        n = min(value.nbytes, base.nbytes) + 112
+        return n + SCALAR_BYTES * value.size if value.dtype == object else n
+    if isinstance(value, (tuple, list)):
+        return 56 + 8 * len(value) + sum(weigh(v, seen) for v in value)
+    if isinstance(value, dict):
+        return 64 + ENTRY_BYTES * len(value) + sum(weigh(v, seen) for v in value.values())
+    return SCALAR_BYTES
+
+
+class RowsMemo(dict):
+    """The memo of rows kept in the cache (`Rows.memo`): what is stored into it is weighed
+    (`weigh`) and counted against MAX_ROW_BYTES (`_rows_grew`), as the start tables, sums and
+    per-row quantities are computed in use. Reads are a dict's."""
+
+    __slots__ = ("key", "rows", "base", "nbytes", "seen")
+
+    def __init__(self, key: tuple, rows: Rows, base: int) -> None:
+        super().__init__()
+        self.key = key
+        self.rows = weakref.ref(rows)  # the rows whose memo this is (a weak reference: no cycle)
+        self.base = base  # the rows' own arrays
+        self.nbytes = base  # and what the memo holds
+        self.seen: set[int] = set()  # the arrays counted (`weigh`)
+
+    def __setitem__(self, k: object, v: object) -> None:
+        dict.__setitem__(self, k, v)
+        _rows_grew(self, ENTRY_BYTES + weigh(v, self.seen))
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        items = dict(*args, **kwargs)
+        dict.update(self, items)
+        _rows_grew(self, sum(ENTRY_BYTES + weigh(v, self.seen) for v in items.values()))
+
+    def __reduce__(self) -> tuple:  # pickled (a Rows sent to another process) as a plain dict
+        return (dict, (dict(self),))
+
+
+def _keep_rows(key: tuple, r: Rows) -> Rows:
+    """Keep rows `r` under `key` with a fresh counting memo (under the lock): its arrays weighed
+    now, its memo as it grows."""
+    global _rows_bytes
+    base = sum(a.nbytes for a in (r.tp, r.pp, r.cp, r.dp, r.gpus, r.sp)) + 6 * 112
+    r.memo = RowsMemo(key, r, base)
+    _rows[key] = r
+    _rows_bytes += base
+    _drop_rows(key)
+    return r
+
+
+def _drop_rows(keep: tuple) -> None:
+    """Drop the least recently used rows past MAX_ROW_BYTES, all but `keep` (under the lock):
+    each loses its memo, so that a space still holding it frees its tables too."""
+    global _rows_bytes
+    while _rows_bytes > MAX_ROW_BYTES and len(_rows) > 1:
+        key, old = next(iter(_rows.items()))
+        if key == keep:
+            _rows.move_to_end(key)
+            continue
+        del _rows[key]
+        _rows_bytes -= old.memo.nbytes
+        old.memo = RowsMemo(key, old, old.memo.base)
+
+
+def _rows_grew(memo: RowsMemo, nbytes: int) -> None:
+    """`memo` holds `nbytes` more: count them; rows whose memo grows while dropped are kept
+    again (in use); drop the least recently used past MAX_ROW_BYTES."""
+    global _rows_bytes
+    with _lock:
+        memo.nbytes += nbytes
+        r = memo.rows()
+        if r is None or r.memo is not memo:
+            return  # a memo dropped with its rows, still in use by a call: not kept
+        kept = _rows.get(memo.key)
+        if kept is r:
+            _rows_bytes += nbytes
+            _rows.move_to_end(memo.key)
+        else:
+            if kept is not None:  # other rows under that key: this one, in use, wins
+                _rows_bytes -= kept.memo.nbytes
+                kept.memo = RowsMemo(memo.key, kept, kept.memo.base)
+            _rows[memo.key] = r
+            _rows_bytes += memo.nbytes
+        _drop_rows(memo.key)
 
 
 class Key(tuple):
@@ -276,7 +411,18 @@ def rows(cm: CostModel, layouts: Sequence[Layout]) -> Rows:
     if base is None:
         return Rows.of(layouts)
     key = Key(base, _layouts_key(layouts))
-    return _built_once(_rows, key, lambda: Rows.of(layouts))
+    with _lock:
+        got = _rows.get(key)
+        if got is not None:
+            _rows.move_to_end(key)
+            return got
+    made = Rows.of(layouts)
+    with _lock:
+        got = _rows.get(key)
+        if got is not None:  # another thread made them first
+            _rows.move_to_end(key)
+            return got
+        return _keep_rows(key, made)
 
 
 # What `cpsat.tables.Tables._classes` puts in a memo (which axis values agree with which rows:
@@ -301,6 +447,8 @@ def tables_memo(cm: CostModel, layouts: Sequence[Layout], domains: tuple) -> Mem
     lays = _layouts_key(layouts)
     key = Key(base, lays, domains)
     with _lock:
+        with suppress(KeyError):  # the space's rows are in use too (a space kept holds them)
+            _rows.move_to_end(Key(base, lays))
         got = _tables.get(key)
         if got is None:
             got = _tables[key] = Memo(key)
@@ -354,11 +502,14 @@ def grew(memo: Memo, nbytes: int) -> None:
 
 def clear() -> None:
     """Forget every cost model, start table and space's tables."""
-    global _tables_bytes
+    global _tables_bytes, _rows_bytes
     with _lock:
         _models.clear()
         _grouped.clear()
+        for key, r in _rows.items():  # rows still held elsewhere (a space) lose their memo
+            r.memo = RowsMemo(key, r, r.memo.base)
         _rows.clear()
+        _rows_bytes = 0
         _tables.clear()
         _spaces.clear()
         _grids.clear()
@@ -369,15 +520,16 @@ def clear() -> None:
 
 
 def info() -> dict[str, int]:
-    """The caches' sizes: cost models, their grouped terms, row sets, layout rows, spaces'
-    tables and their bytes, spaces, grids, requests (less their GPU count) with counts known to
+    """The caches' sizes: cost models, their grouped terms, row sets, layout rows and their
+    memos' bytes, spaces' tables and their bytes, spaces, grids, requests (less their GPU count) with counts known to
     fit or not, and those counts."""
     with _lock:
         return {
             "models": len(_models),
             "grouped": len(_grouped),
             "row_sets": len(_rows),
-            "rows": int(_rows.currsize),
+            "rows": sum(len(r) for r in _rows.values()),
+            "row_bytes": _rows_bytes,
             "tables": len(_tables),
             "spaces": len(_spaces),
             "grids": len(_grids),
