@@ -263,7 +263,11 @@ class PlannerServer:
         s = self.settings
         hooked = any(self.hooks.get(k) is not None for k in ("plan_fn", "evaluate_fn"))
         if s.solver_processes and not hooked:
-            return ProcessRunner(s.solver_processes)
+            return ProcessRunner(s.solver_processes, cache_bytes=s.solver_cache_bytes)
+        if not hooked:  # solves on this process's threads: its caches take the bound
+            from meshplan.solver import cache
+
+            cache.configure(s.solver_cache_bytes)
         return ThreadRunner(s.max_concurrent_solves or 1)
 
     async def _drain(self, grace_s: float) -> bool:
