@@ -133,6 +133,16 @@ def configure(total_bytes: int) -> None:
     clear()
 
 
+def bounds() -> dict[str, int]:
+    """The bounds in bytes of this process's rows, tables, spaces and grids (`configure`)."""
+    return {
+        "rows": MAX_ROW_BYTES,
+        "tables": MAX_TABLE_BYTES,
+        "spaces": MAX_SPACE_BYTES,
+        "grids": MAX_GRID_BYTES,
+    }
+
+
 ENTRY_BYTES = 160  # a memo's entry besides its value: the key (a tuple) and the dict's slot
 SCALAR_BYTES = 32  # a value that is neither an array nor a container (a float, an object shared)
 

@@ -3,12 +3,16 @@ answers by their weight; an entry heavier than the whole bound is used, not kept
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 from cachetools import LRUCache
 
+from meshplan.server.pool import ProcessRunner
+from meshplan.server.settings import Settings
 from meshplan.solver import cache
 from meshplan.solver.planner import plan
 from meshplan.solver.scheduler.cache import AnswerCache, curve_bytes
@@ -126,3 +130,25 @@ def test_rows_dropped_while_in_use_are_kept_again(small_caches: int) -> None:
     info = cache.info()
     assert info["row_sets"] == 1 and 8000 < info["row_bytes"] < 8000 + 6 * 8 * len(r) + 2000
     assert cache.rows(sp.cm, sp.layouts) is r
+
+
+def cache_bounds(*, stop: threading.Event | None) -> dict[str, int]:
+    """The caches' bounds of the process this runs in (a solver process)."""
+    return cache.bounds()
+
+
+def test_solver_processes_bound_their_caches_as_the_setting_says() -> None:
+    total = Settings(solver_cache_bytes=24 * 2**20).solver_cache_bytes
+    pool = ProcessRunner(1, warm=False, cache_bytes=total)
+    try:
+        assert pool.wait_ready(120) == 1
+
+        async def go() -> dict[str, int]:
+            return await pool.start(cache_bounds, stop=threading.Event())
+
+        got = asyncio.run(go())
+    finally:
+        pool.close()
+        pool.join()
+    assert got == {"rows": 6 * 2**20, "tables": 6 * 2**20, "spaces": 9 * 2**20, "grids": 3 * 2**20}
+    assert cache.bounds()["rows"] == cache.DEFAULT_BYTES // 4  # this process: its own
