@@ -44,6 +44,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import replace
+from itertools import islice
 from typing import Any, TypeVar
 
 import numpy as np
@@ -155,29 +156,55 @@ def weigh(value: Any, seen: set[int] | None = None) -> int:
     `seen`: the ids of the arrays (bases) counted already, which count nothing again (a start
     that is a per-row quantity is kept under both keys); the memo keeps them alive."""
     if isinstance(value, np.ndarray):
-        base = value
-        while isinstance(base.base, np.ndarray):
-            base = base.base
-        if seen is not None:
-            if id(base) in seen:
-                return 0
-            if base is value or value.nbytes >= base.nbytes:
-                seen.add(id(base))  # a view of the whole base: the base is counted
-        n = min(value.nbytes, base.nbytes) + 112
-        return n + SCALAR_BYTES * value.size if value.dtype == object else n
+        return _weigh_array(value, seen)
     if isinstance(value, (tuple, list)):
-        return 56 + 8 * len(value) + sum(weigh(v, seen) for v in value)
+        n = 56 + 8 * len(value)
+        for v in value:
+            n += _weigh_array(v, seen) if type(v) is np.ndarray else weigh(v, seen)
+        return n
     if isinstance(value, dict):
-        return 64 + ENTRY_BYTES * len(value) + sum(weigh(v, seen) for v in value.values())
+        n = 64 + ENTRY_BYTES * len(value)
+        for v in value.values():
+            n += weigh(v, seen)
+        return n
     return SCALAR_BYTES
+
+
+_OBJECT = np.dtype(object)
+
+
+def _weigh_array(value: np.ndarray, seen: set[int] | None) -> int:
+    """`weigh` of an array."""
+    n = value.nbytes
+    base = value.base
+    if base is None:
+        base = value
+    else:
+        while isinstance(base.base, np.ndarray):  # numpy points views at the owner: rare
+            base = base.base
+        if not isinstance(base, np.ndarray):
+            base = value
+        elif base.nbytes < n:  # a broadcast
+            n = base.nbytes
+    if seen is not None:
+        if id(base) in seen:
+            return 0
+        if n >= base.nbytes:
+            seen.add(id(base))  # a view of the whole base: the base is counted
+    if value.dtype is _OBJECT:
+        n += SCALAR_BYTES * value.size
+    return n + 112
 
 
 class RowsMemo(dict):
     """The memo of rows kept in the cache (`Rows.memo`): what is stored into it is weighed
-    (`weigh`) and counted against MAX_ROW_BYTES (`_rows_grew`), as the start tables, sums and
-    per-row quantities are computed in use. Reads are a dict's."""
+    (`weigh`) and counted against MAX_ROW_BYTES, as the start tables, sums and per-row
+    quantities are computed in use. A store only marks the memo grown (a plan stores a few
+    hundred entries); the entries added since it was last counted are weighed together at the
+    cache's next call (`_count_rows`: each plan's first is its tables' memo). Reads are a
+    dict's."""
 
-    __slots__ = ("key", "rows", "base", "nbytes", "seen")
+    __slots__ = ("key", "rows", "base", "nbytes", "seen", "counted")
 
     def __init__(self, key: tuple, rows: Rows, base: int) -> None:
         super().__init__()
@@ -186,18 +213,41 @@ class RowsMemo(dict):
         self.base = base  # the rows' own arrays
         self.nbytes = base  # and what the memo holds
         self.seen: set[int] = set()  # the arrays counted (`weigh`)
+        self.counted = 0  # entries weighed (the first ones: a dict keeps its order)
 
     def __setitem__(self, k: object, v: object) -> None:
         dict.__setitem__(self, k, v)
-        _rows_grew(self, ENTRY_BYTES + weigh(v, self.seen))
+        _grown[id(self)] = self
 
     def update(self, *args: Any, **kwargs: Any) -> None:
-        items = dict(*args, **kwargs)
-        dict.update(self, items)
-        _rows_grew(self, sum(ENTRY_BYTES + weigh(v, self.seen) for v in items.values()))
+        dict.update(self, *args, **kwargs)
+        _grown[id(self)] = self
 
     def __reduce__(self) -> tuple:  # pickled (a Rows sent to another process) as a plain dict
         return (dict, (dict(self),))
+
+
+_grown: dict[int, RowsMemo] = {}  # memos stored into since they were counted, by id
+
+
+def _count_rows() -> None:
+    """Weigh what the grown memos hold since they were counted, and count it (`_rows_grew`)."""
+    while _grown:
+        try:
+            _, memo = _grown.popitem()
+        except KeyError:  # emptied by another thread
+            return
+        try:
+            new = list(islice(memo.values(), memo.counted, None))
+        except RuntimeError:  # stored into by another thread meanwhile: counted next time
+            _grown[id(memo)] = memo
+            return
+        memo.counted += len(new)
+        n, seen = ENTRY_BYTES * len(new), memo.seen
+        for v in new:
+            n += _weigh_array(v, seen) if type(v) is np.ndarray else weigh(v, seen)
+        if new:
+            _rows_grew(memo, n)
 
 
 def _keep_rows(key: tuple, r: Rows) -> Rows:
@@ -421,6 +471,8 @@ def rows(cm: CostModel, layouts: Sequence[Layout]) -> Rows:
     if base is None:
         return Rows.of(layouts)
     key = Key(base, _layouts_key(layouts))
+    if _grown:
+        _count_rows()
     with _lock:
         got = _rows.get(key)
         if got is not None:
@@ -456,6 +508,8 @@ def tables_memo(cm: CostModel, layouts: Sequence[Layout], domains: tuple) -> Mem
         return Memo()
     lays = _layouts_key(layouts)
     key = Key(base, lays, domains)
+    if _grown:
+        _count_rows()
     with _lock:
         with suppress(KeyError):  # the space's rows are in use too (a space kept holds them)
             _rows.move_to_end(Key(base, lays))
@@ -500,6 +554,8 @@ def grew(memo: Memo, nbytes: int) -> None:
     """The memo holds `nbytes` more: count them, and drop the least recently used memos past
     MAX_TABLE_BYTES (one in use still works, it is only not kept)."""
     global _tables_bytes
+    if _grown:  # the rows' memos grew with these tables
+        _count_rows()
     with _lock:
         memo.nbytes += nbytes
         if memo.key is None or _tables.get(memo.key) is not memo:
@@ -520,6 +576,7 @@ def clear() -> None:
             r.memo = RowsMemo(key, r, r.memo.base)
         _rows.clear()
         _rows_bytes = 0
+        _grown.clear()
         _tables.clear()
         _spaces.clear()
         _grids.clear()
@@ -533,6 +590,7 @@ def info() -> dict[str, int]:
     """The caches' sizes: cost models, their grouped terms, row sets, layout rows and their
     memos' bytes, spaces' tables and their bytes, spaces, grids, requests (less their GPU count) with counts known to
     fit or not, and those counts."""
+    _count_rows()
     with _lock:
         return {
             "models": len(_models),
