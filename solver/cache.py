@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import replace
 from itertools import islice
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import numpy as np
@@ -148,13 +149,11 @@ ENTRY_BYTES = 160  # a memo's entry besides its value: the key (a tuple) and the
 SCALAR_BYTES = 32  # a value that is neither an array nor a container (a float, an object shared)
 
 
-def weigh(value: Any, seen: set[int] | None = None) -> int:
-    """The bytes a memo's value holds: its arrays' (a view counted at most as its base: rows of
-    one table, a broadcast scalar; Python objects in an object array at SCALAR_BYTES each), its
-    containers' (tuples, lists, dicts: a Sums, a per-row quantity with its context), and
-    SCALAR_BYTES for anything else (what it refers to is shared, e.g. a request's context).
-    `seen`: the ids of the arrays (bases) counted already, which count nothing again (a start
-    that is a per-row quantity is kept under both keys); the memo keeps them alive."""
+def weigh(value: Any, seen: set[int]) -> int:
+    """The bytes a memo's value holds: its arrays' (`_weigh_array`), its containers' (tuples,
+    lists, dicts: a Sums, a per-row quantity with its context), and SCALAR_BYTES for anything
+    else (what it refers to is shared, e.g. a request's context). `seen`: the ids of the arrays
+    counted already, which count nothing again."""
     if isinstance(value, np.ndarray):
         return _weigh_array(value, seen)
     if isinstance(value, (tuple, list)):
@@ -173,27 +172,19 @@ def weigh(value: Any, seen: set[int] | None = None) -> int:
 _OBJECT = np.dtype(object)
 
 
-def _weigh_array(value: np.ndarray, seen: set[int] | None) -> int:
-    """`weigh` of an array."""
-    n = value.nbytes
+def _weigh_array(value: np.ndarray, seen: set[int]) -> int:
+    """The bytes of the array that owns `value`'s memory (numpy points a view's `base` at it):
+    counted once, however many of its views a memo keeps (the rows of one start table, a
+    scalar broadcast over the rows); Python objects in an object array at SCALAR_BYTES each.
+    A memo keeps the arrays it counted alive, so their ids stay theirs."""
     base = value.base
-    if base is None:
+    if type(base) is not np.ndarray:  # owns its memory (or a buffer's)
         base = value
-    else:
-        while isinstance(base.base, np.ndarray):  # numpy points views at the owner: rare
-            base = base.base
-        if not isinstance(base, np.ndarray):
-            base = value
-        elif base.nbytes < n:  # a broadcast
-            n = base.nbytes
-    if seen is not None:
-        if id(base) in seen:
-            return 0
-        if n >= base.nbytes:
-            seen.add(id(base))  # a view of the whole base: the base is counted
-    if value.dtype is _OBJECT:
-        n += SCALAR_BYTES * value.size
-    return n + 112
+    if id(base) in seen:
+        return 0
+    seen.add(id(base))
+    n = base.nbytes + 112
+    return n + SCALAR_BYTES * base.size if base.dtype is _OBJECT else n
 
 
 class RowsMemo(dict):
@@ -243,11 +234,36 @@ def _count_rows() -> None:
             _grown[id(memo)] = memo
             return
         memo.counted += len(new)
-        n, seen = ENTRY_BYTES * len(new), memo.seen
-        for v in new:
-            n += _weigh_array(v, seen) if type(v) is np.ndarray else weigh(v, seen)
         if new:
-            _rows_grew(memo, n)
+            _rows_grew(memo, ENTRY_BYTES * len(new) + _weigh_many(new, memo.seen))
+
+
+_NBYTES = attrgetter("nbytes")
+
+
+def _weigh_many(values: list, seen: set[int]) -> int:
+    """`weigh` of each value, summed; the arrays among them (most of a memo's entries) by their
+    own bytes, without looking for their bases (a few hundred a plan: summed in C): a view or a
+    broadcast counts as much as a copy, never less than it holds."""
+    ndarray = np.ndarray
+    arrays = [v for v in values if type(v) is ndarray]
+    n = sum(map(_NBYTES, arrays)) + 112 * len(arrays)
+    if len(arrays) < len(values):
+        for v in values:
+            t = type(v)
+            if t is tuple:  # a per-row quantity: (its context, its arrays), or several arrays
+                n += 56 + 8 * len(v)
+                for x in v:
+                    tx = type(x)
+                    if tx is ndarray:
+                        n += x.nbytes + 112
+                    elif isinstance(x, (tuple, list, dict, ndarray)):
+                        n += weigh(x, seen)
+                    else:
+                        n += SCALAR_BYTES
+            elif t is not ndarray:
+                n += weigh(v, seen)
+    return n
 
 
 def _keep_rows(key: tuple, r: Rows) -> Rows:
