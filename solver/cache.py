@@ -13,11 +13,10 @@ job on one cluster, builds them once.
 Bounds: `MAX_MODELS` cost models (each small: the one-row tables of at most
 `costmodel.model.ONE_ROW_CACHE` single layouts), `MAX_GROUPED` groupings of terms, and rows whose
 memos (the start tables, the stacked sums of the bounds, per-row quantities) weigh at most
-`MAX_ROW_BYTES` in all: a kept Rows' memo is a `RowsMemo`, which weighs what is stored in it
-(`weigh`: its arrays' bytes) as it grows in use, as `grew` does for the tables. Rows dropped from
-the cache lose their memo (a space still holding them computes again, and its rows are kept again
-once their memo grows). The least recently used go first. `configure(total)` sets the bounds in
-bytes of the rows, tables, spaces and grids together (the server's `solver_cache_bytes`).
+`rowmemo.MAX_ROW_BYTES` in all, weighed as they grow in use (`rowmemo`), as `grew` does for the
+tables; rows dropped lose their memo even while a kept space holds them. The least recently used
+go first. `configure(total)` sets the bounds in bytes of the rows, tables, spaces and grids
+together (the server's `solver_cache_bytes`).
 
 The tables and bounds of one search space (`cpsat.tables.Tables`: which axis values agree with
 which rows, the factors, the coarse, shape and fine bounds) depend on the rows and the space's
@@ -32,7 +31,7 @@ request fits on k GPUs (what the explanation's search for the smallest cluster a
 count) depends on the request less its GPU count, so requests for one job at several counts
 share the answers (`fits_by_count`, at most `MAX_FIT_KEYS` such requests). `clear()` empties
 every cache; `info()` reports their sizes. The caches are per process and thread-safe; all but
-the rows and the tables' memos (whose weight grows in use: `RowsMemo`, `grew`) are cachetools'
+the rows (`rowmemo`) and the tables' memos (whose weight grows in use: `grew`) are cachetools'
 LRU caches.
 """
 
@@ -44,13 +43,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import replace
-from itertools import islice
-from operator import attrgetter
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import numpy as np
 from cachetools import LRUCache
 
+from meshplan.solver import rowmemo
 from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel import CostModel, Layout
 from meshplan.solver.costmodel import model as costmodel
@@ -75,7 +72,6 @@ MAX_GROUPED = 256
 # `costmodel/terms.py` int_starts_many), the tables' 35 MiB, the spaces' and grids' ~80 MiB.
 DEFAULT_BYTES = 512 * 2**20
 SHARES = {"rows": 0.25, "tables": 0.25, "spaces": 0.375, "grids": 0.125}
-MAX_ROW_BYTES = int(DEFAULT_BYTES * SHARES["rows"])
 MAX_TABLE_BYTES = int(DEFAULT_BYTES * SHARES["tables"])
 MAX_SPACES = 64
 # A space weighs what its layouts hold once planned over (1.75 KB a layout, measured: 38 spaces
@@ -110,23 +106,22 @@ _lock = threading.Lock()
 # cachetools' LRU caches (bounded in entries, or in bytes through getsizeof), under _lock
 _models: LRUCache[tuple, CostModel] = LRUCache(MAX_MODELS)
 _grouped: LRUCache[tuple, costmodel.Grouped] = LRUCache(MAX_GROUPED)
-_rows: OrderedDict[tuple, Rows] = OrderedDict()  # bounded by `_rows_grew` (memos grow in use)
+# the rows: rowmemo (bounded by the bytes their memos hold, weighed as they grow)
 _tables: OrderedDict[tuple, Memo] = OrderedDict()  # bounded by `grew` (its memos grow in use)
 _spaces: LRUCache[tuple, object] = LRUCache(MAX_SPACE_BYTES, getsizeof=_space_bytes)
 _grids: LRUCache[tuple, object] = LRUCache(MAX_GRID_BYTES, getsizeof=_grid_bytes)
 _fits: LRUCache[tuple, dict[int, bool]] = LRUCache(MAX_FIT_KEYS)
 _tables_bytes = 0
-_rows_bytes = 0
 
 
 def configure(total_bytes: int) -> None:
     """Bound this process's rows, tables, spaces and grids to `total_bytes` together (split by
     SHARES); empties every cache."""
-    global MAX_ROW_BYTES, MAX_TABLE_BYTES, MAX_SPACE_BYTES, MAX_GRID_BYTES, _spaces, _grids
+    global MAX_TABLE_BYTES, MAX_SPACE_BYTES, MAX_GRID_BYTES, _spaces, _grids
     if total_bytes < 1:
         raise ValueError(f"the caches' bound must be at least 1 byte, not {total_bytes}")
     with _lock:
-        MAX_ROW_BYTES = max(1, int(total_bytes * SHARES["rows"]))
+        rowmemo.MAX_ROW_BYTES = max(1, int(total_bytes * SHARES["rows"]))
         MAX_TABLE_BYTES = max(1, int(total_bytes * SHARES["tables"]))
         MAX_SPACE_BYTES = max(1, int(total_bytes * SHARES["spaces"]))
         MAX_GRID_BYTES = max(1, int(total_bytes * SHARES["grids"]))
@@ -138,180 +133,11 @@ def configure(total_bytes: int) -> None:
 def bounds() -> dict[str, int]:
     """The bounds in bytes of this process's rows, tables, spaces and grids (`configure`)."""
     return {
-        "rows": MAX_ROW_BYTES,
+        "rows": rowmemo.MAX_ROW_BYTES,
         "tables": MAX_TABLE_BYTES,
         "spaces": MAX_SPACE_BYTES,
         "grids": MAX_GRID_BYTES,
     }
-
-
-ENTRY_BYTES = 160  # a memo's entry besides its value: the key (a tuple) and the dict's slot
-SCALAR_BYTES = 32  # a value that is neither an array nor a container (a float, an object shared)
-
-
-def weigh(value: Any, seen: set[int]) -> int:
-    """The bytes a memo's value holds: its arrays' (`_weigh_array`), its containers' (tuples,
-    lists, dicts: a Sums, a per-row quantity with its context), and SCALAR_BYTES for anything
-    else (what it refers to is shared, e.g. a request's context). `seen`: the ids of the arrays
-    counted already, which count nothing again."""
-    if isinstance(value, np.ndarray):
-        return _weigh_array(value, seen)
-    if isinstance(value, (tuple, list)):
-        n = 56 + 8 * len(value)
-        for v in value:
-            n += _weigh_array(v, seen) if type(v) is np.ndarray else weigh(v, seen)
-        return n
-    if isinstance(value, dict):
-        n = 64 + ENTRY_BYTES * len(value)
-        for v in value.values():
-            n += weigh(v, seen)
-        return n
-    return SCALAR_BYTES
-
-
-_OBJECT = np.dtype(object)
-
-
-def _weigh_array(value: np.ndarray, seen: set[int]) -> int:
-    """The bytes of the array that owns `value`'s memory (numpy points a view's `base` at it):
-    counted once, however many of its views a memo keeps (the rows of one start table, a
-    scalar broadcast over the rows); Python objects in an object array at SCALAR_BYTES each.
-    A memo keeps the arrays it counted alive, so their ids stay theirs."""
-    base = value.base
-    if type(base) is not np.ndarray:  # owns its memory (or a buffer's)
-        base = value
-    if id(base) in seen:
-        return 0
-    seen.add(id(base))
-    n = base.nbytes + 112
-    return n + SCALAR_BYTES * base.size if base.dtype is _OBJECT else n
-
-
-class RowsMemo(dict):
-    """The memo of rows kept in the cache (`Rows.memo`): what is stored into it is weighed
-    (`weigh`) and counted against MAX_ROW_BYTES, as the start tables, sums and per-row
-    quantities are computed in use. A store only marks the memo grown (a plan stores a few
-    hundred entries); the entries added since it was last counted are weighed together at the
-    cache's next call (`_count_rows`: each plan's first is its tables' memo). Reads are a
-    dict's."""
-
-    __slots__ = ("key", "rows", "base", "nbytes", "seen", "counted")
-
-    def __init__(self, key: tuple, rows: Rows, base: int) -> None:
-        super().__init__()
-        self.key = key
-        self.rows = weakref.ref(rows)  # the rows whose memo this is (a weak reference: no cycle)
-        self.base = base  # the rows' own arrays
-        self.nbytes = base  # and what the memo holds
-        self.seen: set[int] = set()  # the arrays counted (`weigh`)
-        self.counted = 0  # entries weighed (the first ones: a dict keeps its order)
-
-    def __setitem__(self, k: object, v: object) -> None:
-        dict.__setitem__(self, k, v)
-        _grown[id(self)] = self
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        dict.update(self, *args, **kwargs)
-        _grown[id(self)] = self
-
-    def __reduce__(self) -> tuple:  # pickled (a Rows sent to another process) as a plain dict
-        return (dict, (dict(self),))
-
-
-_grown: dict[int, RowsMemo] = {}  # memos stored into since they were counted, by id
-
-
-def _count_rows() -> None:
-    """Weigh what the grown memos hold since they were counted, and count it (`_rows_grew`)."""
-    while _grown:
-        try:
-            _, memo = _grown.popitem()
-        except KeyError:  # emptied by another thread
-            return
-        try:
-            new = list(islice(memo.values(), memo.counted, None))
-        except RuntimeError:  # stored into by another thread meanwhile: counted next time
-            _grown[id(memo)] = memo
-            return
-        memo.counted += len(new)
-        if new:
-            _rows_grew(memo, ENTRY_BYTES * len(new) + _weigh_many(new, memo.seen))
-
-
-_NBYTES = attrgetter("nbytes")
-
-
-def _weigh_many(values: list, seen: set[int]) -> int:
-    """`weigh` of each value, summed; the arrays among them (most of a memo's entries) by their
-    own bytes, without looking for their bases (a few hundred a plan: summed in C): a view or a
-    broadcast counts as much as a copy, never less than it holds."""
-    ndarray = np.ndarray
-    arrays = [v for v in values if type(v) is ndarray]
-    n = sum(map(_NBYTES, arrays)) + 112 * len(arrays)
-    if len(arrays) < len(values):
-        for v in values:
-            t = type(v)
-            if t is tuple:  # a per-row quantity: (its context, its arrays), or several arrays
-                n += 56 + 8 * len(v)
-                for x in v:
-                    tx = type(x)
-                    if tx is ndarray:
-                        n += x.nbytes + 112
-                    elif isinstance(x, (tuple, list, dict, ndarray)):
-                        n += weigh(x, seen)
-                    else:
-                        n += SCALAR_BYTES
-            elif t is not ndarray:
-                n += weigh(v, seen)
-    return n
-
-
-def _keep_rows(key: tuple, r: Rows) -> Rows:
-    """Keep rows `r` under `key` with a fresh counting memo (under the lock): its arrays weighed
-    now, its memo as it grows."""
-    global _rows_bytes
-    base = sum(a.nbytes for a in (r.tp, r.pp, r.cp, r.dp, r.gpus, r.sp)) + 6 * 112
-    r.memo = RowsMemo(key, r, base)
-    _rows[key] = r
-    _rows_bytes += base
-    _drop_rows(key)
-    return r
-
-
-def _drop_rows(keep: tuple) -> None:
-    """Drop the least recently used rows past MAX_ROW_BYTES, all but `keep` (under the lock):
-    each loses its memo, so that a space still holding it frees its tables too."""
-    global _rows_bytes
-    while _rows_bytes > MAX_ROW_BYTES and len(_rows) > 1:
-        key, old = next(iter(_rows.items()))
-        if key == keep:
-            _rows.move_to_end(key)
-            continue
-        del _rows[key]
-        _rows_bytes -= old.memo.nbytes
-        old.memo = RowsMemo(key, old, old.memo.base)
-
-
-def _rows_grew(memo: RowsMemo, nbytes: int) -> None:
-    """`memo` holds `nbytes` more: count them; rows whose memo grows while dropped are kept
-    again (in use); drop the least recently used past MAX_ROW_BYTES."""
-    global _rows_bytes
-    with _lock:
-        memo.nbytes += nbytes
-        r = memo.rows()
-        if r is None or r.memo is not memo:
-            return  # a memo dropped with its rows, still in use by a call: not kept
-        kept = _rows.get(memo.key)
-        if kept is r:
-            _rows_bytes += nbytes
-            _rows.move_to_end(memo.key)
-        else:
-            if kept is not None:  # other rows under that key: this one, in use, wins
-                _rows_bytes -= kept.memo.nbytes
-                kept.memo = RowsMemo(memo.key, kept, kept.memo.base)
-            _rows[memo.key] = r
-            _rows_bytes += memo.nbytes
-        _drop_rows(memo.key)
 
 
 class Key(tuple):
@@ -486,21 +312,7 @@ def rows(cm: CostModel, layouts: Sequence[Layout]) -> Rows:
     base = getattr(cm, "cache_key", None)
     if base is None:
         return Rows.of(layouts)
-    key = Key(base, _layouts_key(layouts))
-    if _grown:
-        _count_rows()
-    with _lock:
-        got = _rows.get(key)
-        if got is not None:
-            _rows.move_to_end(key)
-            return got
-    made = Rows.of(layouts)
-    with _lock:
-        got = _rows.get(key)
-        if got is not None:  # another thread made them first
-            _rows.move_to_end(key)
-            return got
-        return _keep_rows(key, made)
+    return rowmemo.get(Key(base, _layouts_key(layouts)), lambda: Rows.of(layouts))
 
 
 # What `cpsat.tables.Tables._classes` puts in a memo (which axis values agree with which rows:
@@ -524,11 +336,8 @@ def tables_memo(cm: CostModel, layouts: Sequence[Layout], domains: tuple) -> Mem
         return Memo()
     lays = _layouts_key(layouts)
     key = Key(base, lays, domains)
-    if _grown:
-        _count_rows()
+    rowmemo.touch(Key(base, lays))  # the space's rows are in use too (a space kept holds them)
     with _lock:
-        with suppress(KeyError):  # the space's rows are in use too (a space kept holds them)
-            _rows.move_to_end(Key(base, lays))
         got = _tables.get(key)
         if got is None:
             got = _tables[key] = Memo(key)
@@ -570,8 +379,7 @@ def grew(memo: Memo, nbytes: int) -> None:
     """The memo holds `nbytes` more: count them, and drop the least recently used memos past
     MAX_TABLE_BYTES (one in use still works, it is only not kept)."""
     global _tables_bytes
-    if _grown:  # the rows' memos grew with these tables
-        _count_rows()
+    rowmemo.count()  # the rows' memos grew with these tables
     with _lock:
         memo.nbytes += nbytes
         if memo.key is None or _tables.get(memo.key) is not memo:
@@ -584,15 +392,11 @@ def grew(memo: Memo, nbytes: int) -> None:
 
 def clear() -> None:
     """Forget every cost model, start table and space's tables."""
-    global _tables_bytes, _rows_bytes
+    global _tables_bytes
+    rowmemo.clear()
     with _lock:
         _models.clear()
         _grouped.clear()
-        for key, r in _rows.items():  # rows still held elsewhere (a space) lose their memo
-            r.memo = RowsMemo(key, r, r.memo.base)
-        _rows.clear()
-        _rows_bytes = 0
-        _grown.clear()
         _tables.clear()
         _spaces.clear()
         _grids.clear()
@@ -606,14 +410,12 @@ def info() -> dict[str, int]:
     """The caches' sizes: cost models, their grouped terms, row sets, layout rows and their
     memos' bytes, spaces' tables and their bytes, spaces, grids, requests (less their GPU count) with counts known to
     fit or not, and those counts."""
-    _count_rows()
+    rows_info = rowmemo.sizes()
     with _lock:
         return {
             "models": len(_models),
             "grouped": len(_grouped),
-            "row_sets": len(_rows),
-            "rows": sum(len(r) for r in _rows.values()),
-            "row_bytes": _rows_bytes,
+            **rows_info,
             "tables": len(_tables),
             "spaces": len(_spaces),
             "grids": len(_grids),

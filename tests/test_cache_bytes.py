@@ -13,7 +13,7 @@ from cachetools import LRUCache
 
 from meshplan.server.pool import ProcessRunner
 from meshplan.server.settings import Settings
-from meshplan.solver import cache
+from meshplan.solver import cache, rowmemo
 from meshplan.solver.planner import plan
 from meshplan.solver.scheduler.cache import AnswerCache, curve_bytes
 from meshplan.solver.schema import PlanRequest
@@ -97,17 +97,17 @@ def test_a_process_planning_distinct_requests_stays_within_its_bound(small_cache
         res = plan(req)
         small.append((res.status, res.config, res.performance))
         info = cache.info()
-        assert info["row_bytes"] <= cache.MAX_ROW_BYTES
+        assert info["row_bytes"] <= rowmemo.MAX_ROW_BYTES
         assert info["table_bytes"] <= cache.MAX_TABLE_BYTES
         assert info["space_bytes"] <= cache.MAX_SPACE_BYTES
         assert info["grid_bytes"] <= cache.MAX_GRID_BYTES
         total = sum(info[k] for k in ("row_bytes", "table_bytes", "space_bytes", "grid_bytes"))
         assert total <= small_caches
-        kept = list(cache._rows.values())
+        kept = list(rowmemo._rows.values())
         assert sum(_held_array_bytes(r.memo) for r in kept) <= info["row_bytes"]
     assert cache.info()["row_sets"] < len(reqs)  # some were dropped
     held = [sp.__dict__.get("rows") for sp in cache._spaces.values()]
-    dropped = [r for r in held if r is not None and all(r is not k for k in cache._rows.values())]
+    dropped = [r for r in held if r is not None and all(r is not k for k in rowmemo._rows.values())]
     assert all(len(r.memo) == 0 for r in dropped)
     cache.configure(cache.DEFAULT_BYTES)
     default = [(r.status, r.config, r.performance) for r in map(plan, reqs)]
@@ -120,7 +120,7 @@ def test_rows_dropped_while_in_use_are_kept_again(small_caches: int) -> None:
     plan(_request(64))
     (sp,) = cache._spaces.values()
     r = sp.rows
-    assert any(k is r for k in cache._rows.values())
+    assert any(k is r for k in rowmemo._rows.values())
     old = r.memo
     cache.clear()  # drops every rows: r, still held by the space, loses its memo
     assert r.memo is not old and len(r.memo) == 0 and cache.info()["row_sets"] == 0
