@@ -266,6 +266,7 @@ def _memory_only(
         [f"{curves} 4,096-cell curves", f"{_codes({k: v for k, v in mem['codes'].items() if k.startswith('curve')})} in {mem['curves_s']:.1f} s"],
         ["server process RSS", f"{mem['server_rss_before_mb']:.0f} MB -> {half:.0f} MB at half the curves -> {mem['server_rss_end_mb']:.0f} MB (grew {grown:.0f} MB, {late:+.0f} MB over the second half; caches bounded at {mem['cache_bounds_mb']:.0f} MB)"],
         ["tree RSS", f"{mem['rss_before_mb']:.0f} MB -> peak {mem['peak_mb']:.0f} MB -> {mem['rss_after_mb']:.0f} MB (limit {limit:.0f} MB)"],
+        ["each process (server, solvers)", f"{_each(mem.get('processes_before_mb'))} MB at the start; {_each(mem.get('processes_at_peak_mb'))} MB at the peak"],
     ]))  # fmt: skip
     within = mem["peak_mb"] <= limit
     print(f"\nsummary: the tree's peak within the Deployment's limit: "
@@ -273,6 +274,11 @@ def _memory_only(
           f"{late:+.0f} MB over the second half (caches full; a curve in flight weighs ~20 MB)")  # fmt: skip
     write_json(json_path, {"report": {"memory": mem, "limit_mb": limit}})
     return 0
+
+
+def _each(mbs: list[float] | None) -> str:
+    """Each process's RSS, the server's first ("-" when not measured)."""
+    return " / ".join(f"{x:.0f}" for x in mbs) if mbs else "-"
 
 
 def _print(r: dict[str, Any]) -> None:
@@ -293,6 +299,7 @@ def _print(r: dict[str, Any]) -> None:
         ["78-byte Replan", f"{codes({k: v for k, v in mem['codes'].items() if k.startswith('replan')})} in {mem['replan_s']:.1f} s; tree peak {mem['replan_peak_mb']:.0f} MB"],
         [f"{mem['curves']} 4,096-cell curves", f"{codes({k: v for k, v in mem['codes'].items() if k.startswith('curve')})} in {mem['curves_s']:.1f} s"],
         ["tree RSS", f"{mem['rss_before_mb']:.0f} MB -> peak {mem['peak_mb']:.0f} MB -> {mem['rss_after_mb']:.0f} MB"],
+        ["each process (server, solvers)", f"{_each(mem.get('processes_before_mb'))} MB at the start; {_each(mem.get('processes_at_peak_mb'))} MB at the peak"],
         [f"SIGTERM, {term['observations']:,} observations in flight", f"exit {term['exit_code']} after {term['exit_s']:.1f} s (call: {term['call']})"],
     ]))  # fmt: skip
     allowed = {"OK", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"}

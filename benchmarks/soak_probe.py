@@ -40,6 +40,17 @@ def tree_rss_mb(pid: int) -> float:
     return total / 1e6
 
 
+def processes_rss_mb(pid: int) -> list[float]:
+    """Resident memory of each process of the tree under `pid`: the server's first (MB)."""
+    out = []
+    for proc in tree(pid):
+        try:
+            out.append(proc.memory_info().rss / 1e6)
+        except psutil.Error:
+            continue
+    return out
+
+
 def tree_cpu_s(pid: int) -> float:
     """CPU time (user + system) of the living processes of the tree under `pid` (s)."""
     total = 0.0
@@ -57,6 +68,7 @@ class PeakRss:
 
     def __init__(self, pid: int, every_s: float = 0.25) -> None:
         self.pid, self.every_s, self.peak = pid, every_s, 0.0
+        self.at_peak: list[float] = []  # each process's RSS at the peak, the server's first
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -71,9 +83,11 @@ class PeakRss:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.peak = max(self.peak, tree_rss_mb(self.pid))
+                each = processes_rss_mb(self.pid)
             except psutil.Error:
                 return
+            if sum(each) > self.peak:
+                self.peak, self.at_peak = sum(each), each
             self._stop.wait(self.every_s)
 
 
@@ -146,7 +160,8 @@ def memory_phase(server: Server, token: str, curves: int, replan_s: float) -> di
     from meshplan.solver.scheduler import ReplanRequest
 
     codes: Counter = Counter()
-    before = tree_rss_mb(server.proc.pid)
+    each_before = processes_rss_mb(server.proc.pid)
+    before = sum(each_before)
     with PeakRss(server.proc.pid) as peak, PlannerClient(server.target, token=token) as c:
         t0 = time.monotonic()
         try:
@@ -187,8 +202,10 @@ def memory_phase(server: Server, token: str, curves: int, replan_s: float) -> di
         "curves": curves,
         "curves_s": curves_s,
         "rss_before_mb": before,
+        "processes_before_mb": each_before,
         "replan_peak_mb": replan_peak,
         "peak_mb": peak.peak,
+        "processes_at_peak_mb": peak.at_peak,
         "rss_after_mb": tree_rss_mb(server.proc.pid),
         "server_rss_half_mb": half[0] if half else None,
         "server_rss_end_mb": server.rss_mb(),

@@ -262,8 +262,12 @@ class PlannerServer:
         solver is replaced by hooks (tests, benchmarks: in-process functions)."""
         s = self.settings
         hooked = any(self.hooks.get(k) is not None for k in ("plan_fn", "evaluate_fn"))
+        if not hooked:  # this process's own solver caches (solves on threads, queries' checks)
+            from meshplan.solver import cache
+
+            cache.configure(s.solver_cache_bytes)
         if s.solver_processes and not hooked:
-            return ProcessRunner(s.solver_processes)
+            return ProcessRunner(s.solver_processes, cache_bytes=s.solver_cache_bytes)
         return ThreadRunner(s.max_concurrent_solves or 1)
 
     async def _drain(self, grace_s: float) -> bool:

@@ -44,10 +44,13 @@ SPAWN, END = "spawn", "end"  # orders to a courier thread (besides a task to spa
 class Courier(Heartbeat):
     """One worker process: its pipes, its call, and the thread that (re)spawns and pings it."""
 
-    def __init__(self, runner: Pool, index: int, warm: bool) -> None:
+    def __init__(
+        self, runner: Pool, index: int, warm: bool, cache_bytes: int | None = None
+    ) -> None:
         self.runner = runner
         self.index = index
         self.warm = warm
+        self.cache_bytes = cache_bytes  # the worker's caches' bound (None: solver/cache.py's)
         self.ready = threading.Event()
         self.proc: multiprocessing.process.BaseProcess | None = None
         self.conn: Connection | None = None
@@ -324,7 +327,7 @@ class Courier(Heartbeat):
         ctrl_parent, ctrl_child = ctx.Pipe(duplex=True)
         proc = ctx.Process(
             target=worker_main,
-            args=(child, ctrl_child, self.warm),
+            args=(child, ctrl_child, self.warm, self.cache_bytes),
             name=f"meshplan-solver-{self.index}",
             daemon=True,
         )

@@ -64,6 +64,7 @@ class ProcessRunner:
         kill_after_s: float = KILL_AFTER_S,
         heartbeat_s: float = HEARTBEAT_S,
         answer_s: float = ANSWER_S,
+        cache_bytes: int | None = None,
     ) -> None:
         self.processes = processes
         self.kill_after_s = kill_after_s
@@ -72,7 +73,8 @@ class ProcessRunner:
         self._pending: deque[Task] = deque()  # started, waiting for an idle worker
         self._idle: list[Courier] = []  # workers without a call (started, or failed to)
         self._closed = False
-        self._couriers = [Courier(self, i, warm) for i in range(processes)]
+        # each worker bounds its caches to cache_bytes (solver/cache.py `configure`)
+        self._couriers = [Courier(self, i, warm, cache_bytes) for i in range(processes)]
 
     def start(self, fn: Callable[..., T], *args: Any, stop: threading.Event) -> asyncio.Future[T]:
         loop = asyncio.get_running_loop()

@@ -136,6 +136,14 @@ class Settings(BaseSettings):
         "(bytes; ~4.8 KB a cell in memory).",
         ge=1,
     )
+    solver_cache_bytes: int = Field(
+        default=512 * 2**20,
+        description="What each solver process (and the server process, for what its own "
+        "threads compute) keeps across requests to answer similar ones faster: its layout rows "
+        "with their start tables, its spaces' tables, its search spaces and grids, together "
+        "(bytes; a quarter, a quarter, 3/8 and 1/8 of it).",
+        ge=2**20,
+    )
 
     # --- message bounds ---------------------------------------------------------------------
     max_request_bytes: int = Field(

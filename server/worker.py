@@ -35,8 +35,11 @@ WORKER_NICENESS = 5
 # their stops and it was killed.
 
 
-def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
-    """A worker's life: warm up, say ready, then run one call at a time until the pipe closes."""
+def worker_main(
+    conn: Connection, ctrl: Connection, warm: bool, cache_bytes: int | None = None
+) -> None:
+    """A worker's life: warm up, say ready, then run one call at a time until the pipe closes.
+    `cache_bytes`: the bound of its caches together (solver/cache.py `configure`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's: it drains, then ends us
     yield_to_the_server()
     lock = threading.Lock()
@@ -64,6 +67,10 @@ def worker_main(conn: Connection, ctrl: Connection, warm: bool) -> None:
 
     threading.Thread(target=listen, name="meshplan-stop", daemon=True).start()
     _keep_freed_heap()
+    if cache_bytes is not None:
+        from meshplan.solver import cache
+
+        cache.configure(cache_bytes)
     if warm:
         warm_up()
     gc.collect()

@@ -11,9 +11,12 @@ nothing else. So a sweep over batch sizes or pins, or a scheduler asking many va
 job on one cluster, builds them once.
 
 Bounds: `MAX_MODELS` cost models (each small: the one-row tables of at most
-`costmodel.model.ONE_ROW_CACHE` single layouts), `MAX_GROUPED` groupings of terms, and start
-tables over at most `MAX_ROWS` layout rows in all (each row holds a few hundred floats: about
-2 MiB per 1,000 rows, so at most ~130 MiB). The least recently used go first.
+`costmodel.model.ONE_ROW_CACHE` single layouts), `MAX_GROUPED` groupings of terms, and rows whose
+memos (the start tables, the stacked sums of the bounds, per-row quantities) weigh at most
+`rowmemo.MAX_ROW_BYTES` in all, weighed as they grow in use (`rowmemo`), as `grew` does for the
+tables; rows dropped lose their memo even while a kept space holds them. The least recently used
+go first. `configure(total)` sets the bounds in bytes of the rows, tables, spaces and grids
+together (the server's `solver_cache_bytes`).
 
 The tables and bounds of one search space (`cpsat.tables.Tables`: which axis values agree with
 which rows, the factors, the coarse, shape and fine bounds) depend on the rows and the space's
@@ -28,7 +31,8 @@ request fits on k GPUs (what the explanation's search for the smallest cluster a
 count) depends on the request less its GPU count, so requests for one job at several counts
 share the answers (`fits_by_count`, at most `MAX_FIT_KEYS` such requests). `clear()` empties
 every cache; `info()` reports their sizes. The caches are per process and thread-safe; all but
-the tables' memos (whose weight grows in use: `grew`) are cachetools' LRU caches.
+the rows (`rowmemo`) and the tables' memos (whose weight grows in use: `grew`) are cachetools'
+LRU caches.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from typing import TypeVar
 
 from cachetools import LRUCache
 
+from meshplan.solver import rowmemo
 from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel import CostModel, Layout
 from meshplan.solver.costmodel import model as costmodel
@@ -60,8 +65,14 @@ MAX_MODELS = 64
 # factors' fractions) afresh; with 256, 200, once per family. What a grouping holds is mostly
 # held as well by the spaces and rows that read it (dropping 194 of them freed 0.1 MB).
 MAX_GROUPED = 256
-MAX_ROWS = 65_536
-MAX_TABLE_BYTES = 128 * 2**20
+# The bounds in bytes of one process's rows, tables, spaces and grids: DEFAULT_BYTES in all, split
+# by SHARES (`configure` sets them from another total). Measured on the distinct mix's first 600
+# requests in one process: the rows' memos held ~220 MiB when bounded by 65,536 rows (the stacked
+# sums, `cpsat/bounds.py` stack_sums, ~100 KB a space; the integer start tables of
+# `costmodel/terms.py` int_starts_many), the tables' 35 MiB, the spaces' and grids' ~80 MiB.
+DEFAULT_BYTES = 512 * 2**20
+SHARES = {"rows": 0.25, "tables": 0.25, "spaces": 0.375, "grids": 0.125}
+MAX_TABLE_BYTES = int(DEFAULT_BYTES * SHARES["tables"])
 MAX_SPACES = 64
 # A space weighs what its layouts hold once planned over (1.75 KB a layout, measured: 38 spaces
 # of 200,564 layouts freed 351 MB; those of a 1,048,576-GPU request hold ~10,500 layouts each):
@@ -69,14 +80,14 @@ MAX_SPACES = 64
 # bound (64 such spaces held ~0.6 GB).
 SPACE_LAYOUT_BYTES = 2048
 SPACE_BASE_BYTES = 64 * 2**10
-MAX_SPACE_BYTES = 192 * 2**20
+MAX_SPACE_BYTES = int(DEFAULT_BYTES * SHARES["spaces"])
 # A grid's layouts and the lists derived from them, and its base (upper bounds: the grids of
 # the distinct mix's first 400 requests, 314 of 40,880 layouts, held 15.4 MB, 396 bytes a layout
 # with the base; these weigh them 22 MB). With the whole mix's ~600 grids within MAX_GRID_BYTES,
 # the four GPU types of each (model, sequence, count) read one grid.
 GRID_LAYOUT_BYTES = 512
 GRID_BASE_BYTES = 4 * 2**10
-MAX_GRID_BYTES = 64 * 2**20
+MAX_GRID_BYTES = int(DEFAULT_BYTES * SHARES["grids"])
 MAX_FIT_KEYS = 1024  # each ~3.5 KiB at most (two JSON keys, up to ~60 counts): ~3.5 MiB
 # Training fields that do not change the cost model's terms (they shape the search space).
 BATCH_FIELDS = ("global_batch_tokens", "critical_batch_tokens", "train_tokens")
@@ -95,12 +106,38 @@ _lock = threading.Lock()
 # cachetools' LRU caches (bounded in entries, or in bytes through getsizeof), under _lock
 _models: LRUCache[tuple, CostModel] = LRUCache(MAX_MODELS)
 _grouped: LRUCache[tuple, costmodel.Grouped] = LRUCache(MAX_GROUPED)
-_rows: LRUCache[tuple, Rows] = LRUCache(MAX_ROWS, getsizeof=len)  # bounded in layout rows
+# the rows: rowmemo (bounded by the bytes their memos hold, weighed as they grow)
 _tables: OrderedDict[tuple, Memo] = OrderedDict()  # bounded by `grew` (its memos grow in use)
 _spaces: LRUCache[tuple, object] = LRUCache(MAX_SPACE_BYTES, getsizeof=_space_bytes)
 _grids: LRUCache[tuple, object] = LRUCache(MAX_GRID_BYTES, getsizeof=_grid_bytes)
 _fits: LRUCache[tuple, dict[int, bool]] = LRUCache(MAX_FIT_KEYS)
 _tables_bytes = 0
+
+
+def configure(total_bytes: int) -> None:
+    """Bound this process's rows, tables, spaces and grids to `total_bytes` together (split by
+    SHARES); empties every cache."""
+    global MAX_TABLE_BYTES, MAX_SPACE_BYTES, MAX_GRID_BYTES, _spaces, _grids
+    if total_bytes < 1:
+        raise ValueError(f"the caches' bound must be at least 1 byte, not {total_bytes}")
+    with _lock:
+        rowmemo.MAX_ROW_BYTES = max(1, int(total_bytes * SHARES["rows"]))
+        MAX_TABLE_BYTES = max(1, int(total_bytes * SHARES["tables"]))
+        MAX_SPACE_BYTES = max(1, int(total_bytes * SHARES["spaces"]))
+        MAX_GRID_BYTES = max(1, int(total_bytes * SHARES["grids"]))
+        _spaces = LRUCache(MAX_SPACE_BYTES, getsizeof=_space_bytes)
+        _grids = LRUCache(MAX_GRID_BYTES, getsizeof=_grid_bytes)
+    clear()
+
+
+def bounds() -> dict[str, int]:
+    """The bounds in bytes of this process's rows, tables, spaces and grids (`configure`)."""
+    return {
+        "rows": rowmemo.MAX_ROW_BYTES,
+        "tables": MAX_TABLE_BYTES,
+        "spaces": MAX_SPACE_BYTES,
+        "grids": MAX_GRID_BYTES,
+    }
 
 
 class Key(tuple):
@@ -275,8 +312,7 @@ def rows(cm: CostModel, layouts: Sequence[Layout]) -> Rows:
     base = getattr(cm, "cache_key", None)
     if base is None:
         return Rows.of(layouts)
-    key = Key(base, _layouts_key(layouts))
-    return _built_once(_rows, key, lambda: Rows.of(layouts))
+    return rowmemo.get(Key(base, _layouts_key(layouts)), lambda: Rows.of(layouts))
 
 
 # What `cpsat.tables.Tables._classes` puts in a memo (which axis values agree with which rows:
@@ -300,6 +336,7 @@ def tables_memo(cm: CostModel, layouts: Sequence[Layout], domains: tuple) -> Mem
         return Memo()
     lays = _layouts_key(layouts)
     key = Key(base, lays, domains)
+    rowmemo.touch(Key(base, lays))  # the space's rows are in use too (a space kept holds them)
     with _lock:
         got = _tables.get(key)
         if got is None:
@@ -342,6 +379,7 @@ def grew(memo: Memo, nbytes: int) -> None:
     """The memo holds `nbytes` more: count them, and drop the least recently used memos past
     MAX_TABLE_BYTES (one in use still works, it is only not kept)."""
     global _tables_bytes
+    rowmemo.count()  # the rows' memos grew with these tables
     with _lock:
         memo.nbytes += nbytes
         if memo.key is None or _tables.get(memo.key) is not memo:
@@ -355,10 +393,10 @@ def grew(memo: Memo, nbytes: int) -> None:
 def clear() -> None:
     """Forget every cost model, start table and space's tables."""
     global _tables_bytes
+    rowmemo.clear()
     with _lock:
         _models.clear()
         _grouped.clear()
-        _rows.clear()
         _tables.clear()
         _spaces.clear()
         _grids.clear()
@@ -369,15 +407,15 @@ def clear() -> None:
 
 
 def info() -> dict[str, int]:
-    """The caches' sizes: cost models, their grouped terms, row sets, layout rows, spaces'
-    tables and their bytes, spaces, grids, requests (less their GPU count) with counts known to
+    """The caches' sizes: cost models, their grouped terms, row sets, layout rows and their
+    memos' bytes, spaces' tables and their bytes, spaces, grids, requests (less their GPU count) with counts known to
     fit or not, and those counts."""
+    rows_info = rowmemo.sizes()
     with _lock:
         return {
             "models": len(_models),
             "grouped": len(_grouped),
-            "row_sets": len(_rows),
-            "rows": int(_rows.currsize),
+            **rows_info,
             "tables": len(_tables),
             "spaces": len(_spaces),
             "grids": len(_grids),

@@ -163,9 +163,11 @@ class Tables:
         (for these recomputation and ZeRO values): built once across requests."""
         if self._sums is None:  # asked for many times a search: the key built once
             k = ("sums", tuple(self.sp.rs), tuple(self.sp.zs))
-            if k not in self.rows.memo:
-                self.rows.memo[k] = stack_sums(self, self.sp.cm.sums(self.sp.zs), self.starts_many)
-            self._sums = self.rows.memo[k]
+            got = self.rows.memo.get(k)
+            if got is None:  # kept, not read back: rows dropped from the cache lose their memo
+                got = stack_sums(self, self.sp.cm.sums(self.sp.zs), self.starts_many)
+                self.rows.memo[k] = got
+            self._sums = got
         return self._sums
 
     @property
