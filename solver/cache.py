@@ -408,8 +408,8 @@ def clear() -> None:
 
 def info() -> dict[str, int]:
     """The caches' sizes: cost models, their grouped terms, row sets, layout rows and their
-    memos' bytes, spaces' tables and their bytes, spaces, grids, requests (less their GPU count) with counts known to
-    fit or not, and those counts."""
+    memos' bytes, spaces' tables and their bytes, spaces, grids, requests (less their GPU count)
+    with counts known to fit or not, and those counts."""
     rows_info = rowmemo.sizes()
     with _lock:
         return {
