@@ -1,4 +1,4 @@
-"""Shared helpers: small requests built from plain dicts, and the `pki` fixture (certificates
+"""Shared helpers: small requests built from plain dicts, an H100 search space, and the `pki` fixture (certificates
 made for each test by trustme, for the TLS tests of the gRPC and the HTTP ports)."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import pytest
 import trustme
 
 from meshplan.solver import EvaluateRequest, PlanRequest
+from meshplan.solver.planner import _resolve
+from meshplan.solver.space import Space
 
 
 def plan_req(**kw: object) -> PlanRequest:
@@ -18,6 +20,18 @@ def plan_req(**kw: object) -> PlanRequest:
 
 def eval_req(**kw: object) -> EvaluateRequest:
     return EvaluateRequest.model_validate(kw)
+
+
+def h100_space(model: str, n: int, seq: int, search: dict) -> Space:
+    """The unpruned search space of a preset model on n H100s at this sequence length."""
+    req = plan_req(
+        model={"preset": model},
+        cluster={"gpu": "h100-sxm-80gb", "num_gpus": n},
+        training={"seq_len": seq},
+        search=search,
+    )
+    A, H, cm = _resolve(req)
+    return Space.build(A, H, req.training, req.search, cm, prune=False)
 
 
 @dataclass

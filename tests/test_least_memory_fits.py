@@ -5,11 +5,10 @@ least-memory point fits."""
 from __future__ import annotations
 
 import numpy as np
+from conftest import h100_space
 
 from meshplan.solver.cpsat.tables import Tables
-from meshplan.solver.planner import _resolve
-from meshplan.solver.schema import PlanRequest
-from meshplan.solver.space import Space, fit_order
+from meshplan.solver.space import fit_order
 
 CASES = [  # (model, GPUs, seq_len, search): tight, roomy and between, dense and MoE
     ("llama3-405b", 16, 8192, {}),
@@ -23,23 +22,10 @@ CASES = [  # (model, GPUs, seq_len, search): tight, roomy and between, dense and
 ]
 
 
-def _space(model: str, n: int, seq: int, search: dict) -> Space:
-    req = PlanRequest.model_validate(
-        {
-            "model": {"preset": model},
-            "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": n},
-            "training": {"seq_len": seq},
-            "search": search,
-        }
-    )
-    A, H, cm = _resolve(req)
-    return Space.build(A, H, req.training, req.search, cm, prune=False)
-
-
 def test_least_memory_fits_is_any_need_within_the_budget() -> None:
     answers = []
     for case in CASES:
-        sp = _space(*case)
+        sp = h100_space(*case)
         lays = sorted(sp.all_layouts, key=fit_order)
         for part in (lays, lays[:1], lays[:5], lays[len(lays) // 2 :], []):
             want = any(n <= sp.cm.budget for _, n in sp.least_memory_needs(part, kept=False))
@@ -54,7 +40,7 @@ def test_least_memory_fits_reads_the_last_stage() -> None:
     one over both stages where they disagree."""
     seen = 0
     for case in CASES:
-        sp = _space(*case)
+        sp = h100_space(*case)
         refused = [
             p.lay
             for p, need in sp.least_memory_needs(kept=False)
@@ -72,7 +58,7 @@ def test_some_layout_fits_is_what_the_bounds_find() -> None:
     coarse bound is infinite (the search would find nothing)."""
     answers = []
     for case in CASES:
-        sp = _space(*case)
+        sp = h100_space(*case)
         want = any(n <= sp.cm.budget for _, n in sp.least_memory_needs(sp.layouts, kept=False))
         got = sp.some_layout_fits()
         assert got == want, case

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import h100_space
 
 from meshplan.solver.costmodel.point import Rows
 from meshplan.solver.costmodel.terms import POINT_AXES, Points
-from meshplan.solver.planner import _resolve
-from meshplan.solver.schema import PlanRequest
-from meshplan.solver.space import Space
 from meshplan.solver.space_least import least_points
 
 CASES = [  # (model, GPUs, seq_len, search): dense and MoE, pins that change the least point
@@ -21,19 +19,6 @@ CASES = [  # (model, GPUs, seq_len, search): dense and MoE, pins that change the
     ("qwen3-235b-a22b", 256, 8192, {"recompute": "SELECTIVE"}),
     ("deepseek-v3", 2048, 4096, {"micro_batch_size": 2}),
 ]
-
-
-def _space(model: str, n: int, seq: int, search: dict) -> Space:
-    req = PlanRequest.model_validate(
-        {
-            "model": {"preset": model},
-            "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": n},
-            "training": {"seq_len": seq},
-            "search": search,
-        }
-    )
-    A, H, cm = _resolve(req)
-    return Space.build(A, H, req.training, req.search, cm, prune=False)
 
 
 def _by_row(points: Points | None) -> dict[int, tuple]:
@@ -47,7 +32,7 @@ def _by_row(points: Points | None) -> dict[int, tuple]:
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_least_points_are_the_least_memory_points(case: tuple) -> None:
-    sp = _space(*case)
+    sp = h100_space(*case)
     lays = sp.all_layouts
     rows = Rows.of(lays)
     at = list(range(len(lays)))[::-1][: max(1, len(lays) * 2 // 3)]  # not in row order
@@ -63,7 +48,7 @@ def test_least_points_are_the_least_memory_points(case: tuple) -> None:
 
 
 def test_least_points_of_no_layout_or_none_with_a_point() -> None:
-    sp = _space(*CASES[0])
+    sp = h100_space(*CASES[0])
     rows = Rows.of(sp.all_layouts)
     assert least_points(sp, rows, []) is None
     sp.zs = []  # no ZeRO stage the framework runs: no layout has a least-memory point
@@ -76,7 +61,7 @@ def test_memory_starts_are_what_fits_reads_group_by_group() -> None:
     compute group by group (Group.int_starts over fresh rows), and the same fit answers."""
     from meshplan.solver.space_least import memory_starts
 
-    sp = _space(*CASES[3])
+    sp = h100_space(*CASES[3])
     lays = sp.all_layouts
     batched, alone = Rows.of(lays), Rows.of(lays)
     pts = [(i, p) for i, lay in enumerate(lays[:6]) if (p := sp.least_memory_point(lay))]
