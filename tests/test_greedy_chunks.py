@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_least_memory_fits import _space
+from conftest import h100_space
 
 from meshplan.solver import greedy as greedy_mod
 from meshplan.solver.cpsat.tables import Tables
@@ -18,7 +18,7 @@ SPECS = {  # ZeRO-1 pinned: the first rows of the recipe's order (tp=1, pp=1 fir
 
 
 def _tables(model: str, n: int, seq: int, search: dict) -> Tables:
-    return Tables(_space(model, n, seq, search))
+    return Tables(h100_space(model, n, seq, search))
 
 
 @pytest.mark.parametrize("spec", list(SPECS), ids=list(SPECS))
