@@ -31,13 +31,7 @@ def tree(pid: int) -> list[psutil.Process]:
 
 def tree_rss_mb(pid: int) -> float:
     """Resident memory of the process tree under `pid`, summed (MB)."""
-    total = 0
-    for proc in tree(pid):
-        try:
-            total += proc.memory_info().rss
-        except psutil.Error:
-            continue
-    return total / 1e6
+    return sum(processes_rss_mb(pid))
 
 
 def processes_rss_mb(pid: int) -> list[float]:
