@@ -11,6 +11,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel import activations
 from meshplan.solver.costmodel.context import ACT_BYTES, Ctx, n_stage
 from meshplan.solver.costmodel.point import LayoutOrRows, maximum, per_rows, pick
@@ -97,9 +98,14 @@ def stage_layers(c: Ctx, stage: str) -> Callable[[tuple[int, int]], Fraction]:
     A = c.A
     if not c.recipe.cost_balanced_stages:
         return lambda pv: n_stage(A.L, pv[0], pv[1])
-    layer = 4 * A.a * A.head_dim * A.h + 3 * A.f * A.h
     end = 0 if stage == "first" else -1
-    return lambda pv: Fraction(cost_balanced_split(A.L, layer, A.V * A.h, pv[0])[end])
+    return lambda pv: Fraction(cost_balanced_layers(A, pv[0])[end])
+
+
+def cost_balanced_layers(A: Arch, pp: int) -> tuple[int, ...]:
+    """Decoder layers per pipeline rank of this model, placed by cost (`cost_balanced_split`
+    with nanotron's block costs: a layer 4·a·d·h + 3·f·h, the output layer V·h)."""
+    return cost_balanced_split(A.L, 4 * A.a * A.head_dim * A.h + 3 * A.f * A.h, A.V * A.h, pp)
 
 
 def rows_layers(c: Ctx, lay: LayoutOrRows, stage: str) -> np.ndarray | float:

@@ -42,7 +42,7 @@ import statistics
 from dataclasses import dataclass
 
 from meshplan.solver.arch import resolve_model
-from meshplan.solver.costmodel.memory_parts import cost_balanced_split
+from meshplan.solver.costmodel.memory_parts import cost_balanced_layers
 from meshplan.tools.calibration.memory_allocator import Allocator
 from meshplan.tools.calibration.runs import CalibrationRun
 
@@ -196,8 +196,7 @@ def replay_nanotron(
     c = run.config
     tp, pp, dp, b, M = c.tp, c.pp, c.dp, c.micro_batch_size, c.num_microbatches
     s = Shape(b * run.training.seq_len, A.h, A.f, A.a, tp)
-    layer_cost = 4 * A.a * A.head_dim * A.h + 3 * A.f * A.h
-    n = cost_balanced_split(A.L, layer_cost, A.V * A.h, pp)[0] if pp > 1 else A.L
+    n = cost_balanced_layers(A, pp)[0] if pp > 1 else A.L
     w = {
         "qkv": BF16 * 3 * A.h * A.h // tp,
         "o": BF16 * A.h * A.h // tp,
