@@ -145,13 +145,23 @@ def holds_the_gil(count: int, *, stop: threading.Event) -> int:
     return os.getpid()
 
 
+def gil_count(seconds: float) -> int:
+    """How many numbers `holds_the_gil` sums in about `seconds` on this machine now (measured
+    here: the VM's speed drifts, so a fixed count may hold the GIL too briefly)."""
+    n = 2_000_000
+    began = time.perf_counter()
+    sum(range(n))
+    return max(60_000_000, int(n * seconds / (time.perf_counter() - began)))
+
+
 def test_a_worker_holding_its_gil_in_a_call_it_took_is_not_taken_for_stopped() -> None:
     """It said it took the call before its GIL was held: the heartbeat waits kill_after_s."""
+    count = gil_count(5 * (HEARTBEAT_S + ANSWER_S))
     with one_worker(kill_after_s=60) as (pool, pid):
         began = time.monotonic()
 
         async def go() -> int:
-            return await pool.start(holds_the_gil, 60_000_000, stop=StopEvent())
+            return await pool.start(holds_the_gil, count, stop=StopEvent())
 
         assert asyncio.run(go()) == pid
         held = time.monotonic() - began
