@@ -1,8 +1,12 @@
 """nanotron's training steps on world rank 0 (its first pipeline stage), allocation by
 allocation, through the caching allocator (tools/calibration/memory_allocator.py): the reserved
-peak its benchmark prints (max_memory_reserved at step 3: log_memory resets only the peaks, and
-nothing frees a segment after the loop's one empty_cache: nanotron @ e24d248 trainer.py train,
-training_step; logging.py log_memory).
+peak its benchmark prints. The print is max_memory_reserved at step 3, read after the optimizer
+step; training_step's log_memory resets the peaks before and after each train_batch_iter of
+the first five steps, so the print covers step 3's optimizer step and all-gather, starting from
+what the segments held when its pipeline ended; nothing frees a segment after the loop's one
+empty_cache but a cudaMalloc that fails, which releases the cached segments and retries
+(nanotron @ e24d248 trainer.py train, training_step, train_step_logs; logging.py log_memory;
+helpers.py create_table_log "Mem Res (GB)", / 1024**3).
 
 What the replay allocates, in nanotron's order (nanotron @ e24d248; the tensors the "nanotron"
 activation form of solver/costmodel/activations.py counts, one allocation each):
@@ -28,12 +32,16 @@ activation form of solver/costmodel/activations.py counts, one allocation each):
   torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp ProcessGroupNCCL::allgather:
   flatten_for_scatter_gather, then a copy into each output): `staging`.
 
-What it shows (`python -m meshplan.tools.calibration.memory_replay`): with the staging tensor
-the 3B rows (+0.5% to +1.4%), the 1B at 2 nodes (-0.1%), the 8B at pp 4 and the 70B at tp 8
-(-0.5%) land on their prints; the pipelined 8B rows do not (+24%, +26%: their prints leave no
-room for the all-gather's 18 GiB of tensors larger than any block the step frees), nor the 8B
-at tp 4 (-11.5%); the 1B at 1 node and the 70B at pp 16 print less than the tensors the recipe
-holds at once (allocated +7.5%, +5.2%). No one replay fits every row.
+The one figure the code does not give is what cudaMalloc can give the allocator: the device's
+79 GiB or so less the CUDA context and NCCL's buffers, which nanotron's process groups allocate
+outside PyTorch (`CEILING_GIB`). What it shows (`python -m meshplan.tools.calibration.memory_replay`;
+`--window 62 78 1` for the ceilings): at any ceiling from 70 to 74 GiB, 11 of the 14 rows land
+within -1.6% to +1.4% of their prints, the pipelined 8B rows among them (their all-gather's
+18 GiB pass the ceiling at the first step: the allocator releases its cached segments, and
+the print, reset after the pipeline, never sees the 65 GiB they held before); the 8B at tp 4
+stays 11.5% under, and the 1B at 1 node and the 70B at pp 16, whose prints are below the
+tensors the recipe holds at once, 10% over. Without a ceiling the pipelined 8B rows are 24-26%
+over.
 """
 
 from __future__ import annotations
@@ -49,6 +57,12 @@ from meshplan.tools.calibration.runs import CalibrationRun
 GIB = float(1 << 30)
 BF16, FP32 = 2, 4
 STEPS = 3  # the benchmark logs at step 3
+# What cudaMalloc can give PyTorch's allocator on the sweep's H100 80GB (about 79 GiB a device):
+# less the CUDA context and the NCCL communicators' own buffers, which nanotron's dp, tp, pp and
+# world groups each allocate outside the allocator (NCCL: about 1.6 GB for one communicator,
+# about 6 GB with three or more, NVIDIA/nccl#864). The replay's one free parameter: its
+# figures are the same for any ceiling from 70 to 74 GiB (measured: `--window`).
+CEILING_GIB = 72.0
 
 
 @dataclass(frozen=True)
@@ -76,9 +90,11 @@ class Shape:
 class Replay:
     """The allocator and the live tensors by name."""
 
-    def __init__(self, limit: int | None = None) -> None:
+    def __init__(self, limit: int | None = None, held: int = 0) -> None:
         self.al = Allocator(limit=limit)
         self.live: dict[str, int] = {}
+        self.held = held  # see `later`
+        self.pending: list[str] = []
 
     def a(self, name: str, nbytes: int) -> None:
         assert name not in self.live, name
@@ -88,6 +104,20 @@ class Replay:
         for n in names:
             self.al.free(self.live.pop(n))
 
+    def later(self, name: str) -> None:
+        """Free a tp collective's input once `held` more are queued: a lead, not the code's
+        rule. ProcessGroupNCCL records its tensors on the NCCL stream (recordStream), so a freed
+        block is not reused before the GPU has run the collective, and the CPU runs ahead of the
+        GPU by a number of layers no code fixes (0: freed at once, as the rest of the replay)."""
+        self.pending.append(name)
+        while len(self.pending) > self.held:
+            self.f(self.pending.pop(0))
+
+    def flush(self) -> None:
+        """The CPU waits for the GPU (train_step_logs reads the loss with .item() each step)."""
+        self.f(*self.pending)
+        self.pending.clear()
+
 
 def _row_out(r: Replay, s: Shape, name: str) -> None:
     """A row-parallel linear's output: the whole matmul, reduce-scattered to the shard."""
@@ -96,7 +126,7 @@ def _row_out(r: Replay, s: Shape, name: str) -> None:
         return
     r.a(name + ".full", s.full)
     r.a(name, s.sh)
-    r.f(name + ".full")
+    r.later(name + ".full")
 
 
 def _col_grad(r: Replay, s: Shape, name: str) -> None:
@@ -181,17 +211,24 @@ def backward_layer(r: Replay, s: Shape, m: int, i: int, x: str, dy: str, w: dict
 class ReplayResult:
     """The replay's figures (GiB)."""
 
-    reserved: float
-    peak_allocated: float
+    reserved: float  # what the benchmark prints: max_memory_reserved since the last reset
+    peak_allocated: float  # the live tensors' high-water mark over the whole replay
+    top_reserved: float  # the segments' high-water mark over the whole replay (never reset)
     before_gather: tuple[float, ...]  # reserved before each step's ZeRO-1 all-gather
     releases: int  # cudaMalloc failures that released the cached segments
 
 
 def replay_nanotron(
-    run: CalibrationRun, staging: bool = True, limit_gib: float | None = None
+    run: CalibrationRun,
+    staging: bool = True,
+    ceiling_gib: float | None = CEILING_GIB,
+    held: int = 0,
 ) -> ReplayResult:
     """nanotron's first pipeline stage through STEPS steps at the run's layout (tp = 1 or
-    reduce_scatter mode; pp ranks by cost, models/base.py build_model)."""
+    reduce_scatter mode; pp ranks by cost, models/base.py build_model), with what cudaMalloc
+    can give the allocator capped at `ceiling_gib` (None: no cap), and the tp collectives'
+    whole inputs freed `held` collectives late (`Replay.later`; held blocks count as
+    allocated here, where PyTorch counts them freed: reserved is the same)."""
     A = resolve_model(run.model)
     c = run.config
     tp, pp, dp, b, M = c.tp, c.pp, c.dp, c.micro_batch_size, c.num_microbatches
@@ -210,7 +247,7 @@ def replay_nanotron(
     layer_params = [w["norm"], w["qkv"], w["o"], w["norm"], w["gu"], w["down"]]
     params = [embed] + layer_params * n + ([w["norm"], head] if last else [])
     params = [x for x in params if x]
-    r = Replay(None if limit_gib is None else int(limit_gib * GIB))
+    r = Replay(None if ceiling_gib is None else int(ceiling_gib * GIB), held)
     for k, x in enumerate(params):  # bf16 parameters
         r.a(f"param{k}", x)
     total = sum(params) // BF16  # elements
@@ -223,7 +260,10 @@ def replay_nanotron(
         r.a("buf.allgather2", s.full)
     before: list[float] = []
     for step in range(STEPS):
+        r.al.reset_peaks()  # training_step's log_memory before train_batch_iter
         _step(r, s, n, pp, M, A.V, w, embed, head, last)
+        r.flush()
+        r.al.reset_peaks()  # and after it: the print covers the optimizer step on
         before.append(r.al.reserved / GIB)
         if step == 0:  # AdamW's exp_avg, exp_avg_sq per slice, made at the first step
             for k, x in enumerate(slices):
@@ -239,7 +279,13 @@ def replay_nanotron(
                 r.f("ag.flat")
             r.f("ag.in", *(f"ag.out{k}" for k in range(dp)))
     al = r.al
-    return ReplayResult(al.peak_reserved / GIB, al.peak_allocated / GIB, tuple(before), al.releases)
+    return ReplayResult(
+        al.peak_reserved / GIB,
+        al.top_allocated / GIB,
+        al.top_reserved / GIB,
+        tuple(before),
+        al.releases,
+    )
 
 
 def _step(
@@ -313,33 +359,112 @@ def _loss_backward(r: Replay, s: Shape, m: int, V: int, head: int, x: str) -> st
     return g + "y"
 
 
-def report() -> tuple[str, list[tuple[str, float, ReplayResult, ReplayResult]]]:
-    """Every nanotron run that prints its peak, replayed with and without ProcessGroupNCCL's
-    flat staging tensor in ZeRO-1's all-gather: the table and the rows."""
+Row = tuple[str, float, ReplayResult, ReplayResult, ReplayResult]
+
+
+def nanotron_printed() -> list[CalibrationRun]:
+    """The nanotron runs that print their peak."""
     from meshplan.tools.calibration.loaders import load_fsdp  # noqa: PLC0415
 
-    rows = [
-        (r.id, r.memory_gib, replay_nanotron(r), replay_nanotron(r, staging=False))
-        for r in load_fsdp()
-        if r.framework.value == "NANOTRON" and r.memory_gib is not None
+    runs = load_fsdp()
+    return sorted(
+        (r for r in runs if r.framework.value == "NANOTRON" and r.memory_gib is not None),
+        key=lambda r: r.id,
+    )
+
+
+def _summary(what: str, errs: list[float]) -> str:
+    med = statistics.median(abs(e) for e in errs)
+    return (
+        f"{what}: median |error| {med:.1%}, worst under {min(errs):+.1%}, "
+        f"worst over {max(errs):+.1%}"
+    )
+
+
+def report(ceiling_gib: float = CEILING_GIB, held: int = 0) -> tuple[str, list[Row]]:
+    """Every nanotron run that prints its peak, replayed under the ceiling, with no ceiling (no
+    cudaMalloc ever fails), and without ProcessGroupNCCL's flat staging tensor in ZeRO-1's
+    all-gather: the table and the rows."""
+    rows: list[Row] = [
+        (
+            r.id,
+            float(r.memory_gib or 0.0),
+            replay_nanotron(r, ceiling_gib=ceiling_gib, held=held),
+            replay_nanotron(r, ceiling_gib=None, held=held),
+            replay_nanotron(r, staging=False, ceiling_gib=ceiling_gib, held=held),
+        )
+        for r in nanotron_printed()
     ]
-    head = f"{'run':42}  {'GiB pub':>7}  {'replayed':>8}  {'error':>6}  {'no staging':>10}"
-    lines = [head + f"  {'error':>6}  {'allocated':>9}"]
-    for rid, pub, x, y in sorted(rows):
-        e, f = x.reserved / pub - 1, y.reserved / pub - 1
+    lines = [
+        f"ceiling {ceiling_gib:g} GiB (what cudaMalloc gives the allocator), tp inputs held {held}",
+        f"{'run':38}  {'GiB pub':>7}  {'replayed':>8}  {'error':>6}  {'rel':>3}"
+        f"  {'no ceiling':>10}  {'error':>6}  {'no staging':>10}  {'error':>6}  {'allocated':>9}",
+    ]
+    for rid, pub, x, y, z in rows:
+        e, f, g = (v.reserved / pub - 1 for v in (x, y, z))
         lines.append(
-            f"{rid:42}  {pub:7.2f}  {x.reserved:8.2f}  {e:+6.1%}  {y.reserved:10.2f}  {f:+6.1%}"
+            f"{rid[len('nanotron_bench_') :]:38}  {pub:7.2f}  {x.reserved:8.2f}  {e:+6.1%}"
+            f"  {x.releases:3d}  {y.reserved:10.2f}  {f:+6.1%}  {z.reserved:10.2f}  {g:+6.1%}"
             f"  {x.peak_allocated:9.2f}"
         )
-    for k, what in ((2, "replayed"), (3, "no staging")):
-        errs = [row[k].reserved / row[1] - 1 for row in rows]
-        med = statistics.median(abs(e) for e in errs)
-        lines.append(
-            f"{what}: median |error| {med:.1%}, worst under {min(errs):+.1%}, "
-            f"worst over {max(errs):+.1%}"
-        )
+    for k, what in ((2, "replayed"), (3, "no ceiling"), (4, "no staging")):
+        lines.append(_summary(what, [row[k].reserved / row[1] - 1 for row in rows]))
     return "\n".join(lines), rows
 
 
+def window(ceilings: list[float]) -> str:
+    """The replay's summary at each ceiling (the window its figures hold in)."""
+    runs = nanotron_printed()
+    lines = []
+    for ceil in ceilings:
+        errs = []
+        for r in runs:
+            try:
+                errs.append(
+                    replay_nanotron(r, ceiling_gib=ceil).reserved / float(r.memory_gib or 1) - 1
+                )
+            except MemoryError:  # the replay's live tensors exceed the ceiling
+                errs.append(float("nan"))
+        bad = sum(e != e for e in errs)
+        ok = [e for e in errs if e == e]
+        tail = f"; {bad} out of memory" if bad else ""
+        lines.append(_summary(f"ceiling {ceil:5.1f} GiB", ok) + tail)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse  # noqa: PLC0415
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--ceiling",
+        type=float,
+        default=CEILING_GIB,
+        help=f"what cudaMalloc gives the allocator, GiB (default {CEILING_GIB:g})",
+    )
+    ap.add_argument(
+        "--held",
+        type=int,
+        default=0,
+        help="free each tp collective's whole input this many collectives late (count; "
+        "default 0: at once)",
+    )
+    ap.add_argument(
+        "--window",
+        nargs=3,
+        type=float,
+        metavar=("FROM", "TO", "STEP"),
+        help="summarise the replay at each ceiling FROM..TO GiB by STEP GiB (slow: 15 s each)",
+    )
+    a = ap.parse_args(argv)
+    if a.window:
+        lo, hi, step = a.window
+        n = int(round((hi - lo) / step)) + 1
+        print(window([lo + k * step for k in range(n)]))
+        return 0
+    print(report(a.ceiling, a.held)[0])
+    return 0
+
+
 if __name__ == "__main__":
-    print(report()[0])
+    raise SystemExit(main())
