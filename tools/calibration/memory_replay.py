@@ -359,7 +359,7 @@ def _loss_backward(r: Replay, s: Shape, m: int, V: int, head: int, x: str) -> st
     return g + "y"
 
 
-Row = tuple[str, float, ReplayResult, ReplayResult, ReplayResult]
+Row = tuple[str, float, "ReplayResult | None", "ReplayResult | None", "ReplayResult | None"]
 
 
 def nanotron_printed() -> list[CalibrationRun]:
@@ -374,11 +374,33 @@ def nanotron_printed() -> list[CalibrationRun]:
 
 
 def _summary(what: str, errs: list[float]) -> str:
-    med = statistics.median(abs(e) for e in errs)
+    ok = [e for e in errs if e == e]  # NaN: out of memory
+    if not ok:
+        return f"{what}: every row out of memory"
+    med = statistics.median(abs(e) for e in ok)
+    bad = len(errs) - len(ok)
     return (
-        f"{what}: median |error| {med:.1%}, worst under {min(errs):+.1%}, "
-        f"worst over {max(errs):+.1%}"
+        f"{what}: median |error| {med:.1%}, worst under {min(ok):+.1%}, "
+        f"worst over {max(ok):+.1%}" + (f"; {bad} out of memory" if bad else "")
     )
+
+
+def _try(run: CalibrationRun, **kw: object) -> ReplayResult | None:
+    """The replay, or None where its live tensors pass the ceiling (out of memory)."""
+    try:
+        return replay_nanotron(run, **kw)  # type: ignore[arg-type]
+    except MemoryError:
+        return None
+
+
+def _err(x: ReplayResult | None, pub: float) -> float:
+    return float("nan") if x is None else x.reserved / pub - 1
+
+
+def _cell(x: ReplayResult | None, pub: float, width: int) -> str:
+    if x is None:
+        return f"{'out of memory':>{width + 8}}"
+    return f"{x.reserved:{width}.2f}  {_err(x, pub):+6.1%}"
 
 
 def report(ceiling_gib: float = CEILING_GIB, held: int = 0) -> tuple[str, list[Row]]:
@@ -389,9 +411,9 @@ def report(ceiling_gib: float = CEILING_GIB, held: int = 0) -> tuple[str, list[R
         (
             r.id,
             float(r.memory_gib or 0.0),
-            replay_nanotron(r, ceiling_gib=ceiling_gib, held=held),
-            replay_nanotron(r, ceiling_gib=None, held=held),
-            replay_nanotron(r, staging=False, ceiling_gib=ceiling_gib, held=held),
+            _try(r, ceiling_gib=ceiling_gib, held=held),
+            _try(r, ceiling_gib=None, held=held),
+            _try(r, staging=False, ceiling_gib=ceiling_gib, held=held),
         )
         for r in nanotron_printed()
     ]
@@ -401,35 +423,27 @@ def report(ceiling_gib: float = CEILING_GIB, held: int = 0) -> tuple[str, list[R
         f"  {'no ceiling':>10}  {'error':>6}  {'no staging':>10}  {'error':>6}  {'allocated':>9}",
     ]
     for rid, pub, x, y, z in rows:
-        e, f, g = (v.reserved / pub - 1 for v in (x, y, z))
+        rel = f"{x.releases:3d}" if x is not None else "  -"
+        alloc = f"{x.peak_allocated:9.2f}" if x is not None else f"{'-':>9}"
         lines.append(
-            f"{rid[len('nanotron_bench_') :]:38}  {pub:7.2f}  {x.reserved:8.2f}  {e:+6.1%}"
-            f"  {x.releases:3d}  {y.reserved:10.2f}  {f:+6.1%}  {z.reserved:10.2f}  {g:+6.1%}"
-            f"  {x.peak_allocated:9.2f}"
+            f"{rid[len('nanotron_bench_') :]:38}  {pub:7.2f}  {_cell(x, pub, 8)}  {rel}"
+            f"  {_cell(y, pub, 10)}  {_cell(z, pub, 10)}  {alloc}"
         )
     for k, what in ((2, "replayed"), (3, "no ceiling"), (4, "no staging")):
-        lines.append(_summary(what, [row[k].reserved / row[1] - 1 for row in rows]))
+        lines.append(_summary(what, [_err(row[k], row[1]) for row in rows]))  # type: ignore[arg-type]
     return "\n".join(lines), rows
 
 
 def window(ceilings: list[float]) -> str:
     """The replay's summary at each ceiling (the window its figures hold in)."""
     runs = nanotron_printed()
-    lines = []
-    for ceil in ceilings:
-        errs = []
-        for r in runs:
-            try:
-                errs.append(
-                    replay_nanotron(r, ceiling_gib=ceil).reserved / float(r.memory_gib or 1) - 1
-                )
-            except MemoryError:  # the replay's live tensors exceed the ceiling
-                errs.append(float("nan"))
-        bad = sum(e != e for e in errs)
-        ok = [e for e in errs if e == e]
-        tail = f"; {bad} out of memory" if bad else ""
-        lines.append(_summary(f"ceiling {ceil:5.1f} GiB", ok) + tail)
-    return "\n".join(lines)
+    return "\n".join(
+        _summary(
+            f"ceiling {ceil:5.1f} GiB",
+            [_err(_try(r, ceiling_gib=ceil), float(r.memory_gib or 1)) for r in runs],
+        )
+        for ceil in ceilings
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
