@@ -449,7 +449,7 @@ def window(ceilings: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     import argparse  # noqa: PLC0415
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     ap.add_argument(
         "--ceiling",
         type=float,
