@@ -17,7 +17,9 @@ nanotron's floor `torch>=1.13.1`, to v2.5.0):
 
 A cudaMalloc that fails (past `limit`) frees every cached segment no live block uses and tries
 again (`release_cached_blocks`; with the default max_split_size no block is "oversize", so
-`release_available_cached_blocks` frees none first).
+`release_available_cached_blocks` frees none first). `reset_peaks` is
+torch.cuda.reset_peak_memory_stats: each peak becomes the current figure (`DeviceStats`
+reset_peak_stats), so a peak read later covers only what came after it.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class Allocator:
     allocated: int = 0  # the live blocks' bytes: torch.cuda.memory_allocated
     peak_allocated: int = 0
     peak_reserved: int = 0  # torch.cuda.max_memory_reserved
+    top_allocated: int = 0  # the live blocks' high-water mark, never reset
+    top_reserved: int = 0  # the segments' high-water mark, never reset
     releases: int = 0  # cudaMalloc failures that freed the cached segments
     _pools: dict[bool, list[tuple[int, int, int, int]]] = field(
         default_factory=lambda: {True: [], False: []}
@@ -109,6 +113,7 @@ class Allocator:
                     raise MemoryError(f"{seg} B over the {self.limit} B limit")
             self.reserved += seg
             self.peak_reserved = max(self.peak_reserved, self.reserved)
+            self.top_reserved = max(self.top_reserved, self.reserved)
             b = _Block(next(self._segs), 0, seg, small, free=False)
         rest = b.size - size
         if (small and rest >= MIN_BLOCK) or (not small and rest > SMALL_SIZE):
@@ -121,7 +126,12 @@ class Allocator:
         self._live[h] = b
         self.allocated += b.size
         self.peak_allocated = max(self.peak_allocated, self.allocated)
+        self.top_allocated = max(self.top_allocated, self.allocated)
         return h
+
+    def reset_peaks(self) -> None:
+        """torch.cuda.reset_peak_memory_stats: the peaks restart from the current figures."""
+        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
 
     def _release(self) -> None:
         """Free every cached segment no live block uses (release_cached_blocks)."""

@@ -1,8 +1,12 @@
 """nanotron's training steps on world rank 0 (its first pipeline stage), allocation by
 allocation, through the caching allocator (tools/calibration/memory_allocator.py): the reserved
-peak its benchmark prints (max_memory_reserved at step 3: log_memory resets only the peaks, and
-nothing frees a segment after the loop's one empty_cache: nanotron @ e24d248 trainer.py train,
-training_step; logging.py log_memory).
+peak its benchmark prints. The print is max_memory_reserved at step 3, read after the optimizer
+step; training_step's log_memory resets the peaks before and after each train_batch_iter of
+the first five steps, so the print covers step 3's optimizer step and all-gather, starting from
+what the segments held when its pipeline ended; nothing frees a segment after the loop's one
+empty_cache but a cudaMalloc that fails, which releases the cached segments and retries
+(nanotron @ e24d248 trainer.py train, training_step, train_step_logs; logging.py log_memory;
+helpers.py create_table_log "Mem Res (GB)", / 1024**3).
 
 What the replay allocates, in nanotron's order (nanotron @ e24d248; the tensors the "nanotron"
 activation form of solver/costmodel/activations.py counts, one allocation each):
@@ -28,12 +32,16 @@ activation form of solver/costmodel/activations.py counts, one allocation each):
   torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp ProcessGroupNCCL::allgather:
   flatten_for_scatter_gather, then a copy into each output): `staging`.
 
-What it shows (`python -m meshplan.tools.calibration.memory_replay`): with the staging tensor
-the 3B rows (+0.5% to +1.4%), the 1B at 2 nodes (-0.1%), the 8B at pp 4 and the 70B at tp 8
-(-0.5%) land on their prints; the pipelined 8B rows do not (+24%, +26%: their prints leave no
-room for the all-gather's 18 GiB of tensors larger than any block the step frees), nor the 8B
-at tp 4 (-11.5%); the 1B at 1 node and the 70B at pp 16 print less than the tensors the recipe
-holds at once (allocated +7.5%, +5.2%). No one replay fits every row.
+The one figure the code does not give is what cudaMalloc can give the allocator: the device's
+79 GiB or so less the CUDA context and NCCL's buffers, which nanotron's process groups allocate
+outside PyTorch (`CEILING_GIB`). What it shows (`python -m meshplan.tools.calibration.memory_replay`;
+`--window 62 78 1` for the ceilings): at any ceiling from 70 to 74 GiB, 11 of the 14 rows land
+within -1.6% to +1.4% of their prints, the pipelined 8B rows among them (their all-gather's
+18 GiB pass the ceiling at the first step: the allocator releases its cached segments, and
+the print, reset after the pipeline, never sees the 65 GiB they held before); the 8B at tp 4
+stays 11.5% under, and the 1B at 1 node and the 70B at pp 16, whose prints are below the
+tensors the recipe holds at once, 10% over. Without a ceiling the pipelined 8B rows are 24-26%
+over.
 """
 
 from __future__ import annotations
@@ -43,155 +51,52 @@ from dataclasses import dataclass
 
 from meshplan.solver.arch import resolve_model
 from meshplan.solver.costmodel.memory_parts import cost_balanced_layers
-from meshplan.tools.calibration.memory_allocator import Allocator
+from meshplan.tools.calibration.memory_replay_layers import (
+    BF16,
+    FP32,
+    Replay,
+    Shape,
+    backward_layer,
+    forward_layer,
+    loss_backward,
+    loss_forward,
+)
 from meshplan.tools.calibration.runs import CalibrationRun
 
+__all__ = ["Replay", "ReplayResult", "Shape", "replay_nanotron", "report"]
+
 GIB = float(1 << 30)
-BF16, FP32 = 2, 4
 STEPS = 3  # the benchmark logs at step 3
-
-
-@dataclass(frozen=True)
-class Shape:
-    """One nanotron layer's sizes on a GPU (bytes), for a micro-batch of T tokens."""
-
-    T: int  # tokens of a micro-batch
-    h: int
-    f: int
-    a: int
-    tp: int
-
-    @property
-    def sh(self) -> int:  # [T, h] on the sequence shard (reduce_scatter mode), bf16
-        return BF16 * self.T * self.h // self.tp
-
-    @property
-    def full(self) -> int:  # [T, h] whole, bf16
-        return BF16 * self.T * self.h
-
-    def cols(self, width: int, nb: int = BF16) -> int:  # [T, width / tp]
-        return nb * self.T * width // self.tp
-
-
-class Replay:
-    """The allocator and the live tensors by name."""
-
-    def __init__(self, limit: int | None = None) -> None:
-        self.al = Allocator(limit=limit)
-        self.live: dict[str, int] = {}
-
-    def a(self, name: str, nbytes: int) -> None:
-        assert name not in self.live, name
-        self.live[name] = self.al.alloc(int(nbytes))
-
-    def f(self, *names: str) -> None:
-        for n in names:
-            self.al.free(self.live.pop(n))
-
-
-def _row_out(r: Replay, s: Shape, name: str) -> None:
-    """A row-parallel linear's output: the whole matmul, reduce-scattered to the shard."""
-    if s.tp == 1:
-        r.a(name, s.sh)
-        return
-    r.a(name + ".full", s.full)
-    r.a(name, s.sh)
-    r.f(name + ".full")
-
-
-def _col_grad(r: Replay, s: Shape, name: str) -> None:
-    """A column-parallel linear's input gradient: whole, reduce-scattered to the shard."""
-    _row_out(r, s, name)
-
-
-def forward_layer(r: Replay, s: Shape, m: int, i: int, x: str) -> str:
-    """Layer i of micro-batch m on input tensor x; returns its output's name."""
-    p = f"m{m}.l{i}."
-    small = FP32 * s.T // s.tp  # a norm's fp32 rstd per token
-    r.a(p + "rstd1", small)
-    r.a(p + "n1", s.sh)
-    r.a(p + "qkv", s.cols(3 * s.h))
-    r.a(p + "qkvc", s.cols(3 * s.h))  # .permute(2, 1, 0, 3, 4).contiguous()
-    r.f(p + "qkv")
-    r.a(p + "kvcat", s.cols(2 * s.h))
-    r.a(p + "kvc", s.cols(2 * s.h))  # .permute(1, 2, 0, 3, 4).contiguous(); rotary in place
-    r.f(p + "kvcat")
-    r.a(p + "o", s.cols(s.h))  # flash attention's output
-    r.a(p + "lse", FP32 * s.T * s.a // s.tp)
-    _row_out(r, s, p + "attn")
-    r.a(p + "r1", s.sh)  # + residual
-    r.f(p + "attn")
-    r.a(p + "rstd2", small)
-    r.a(p + "n2", s.sh)
-    r.a(p + "gu", s.cols(2 * s.f))
-    r.a(p + "silu", s.cols(s.f))
-    r.a(p + "prod", s.cols(s.f))
-    _row_out(r, s, p + "mlp")
-    r.a(p + "y", s.sh)
-    r.f(p + "mlp")
-    return p + "y"
-
-
-def backward_layer(r: Replay, s: Shape, m: int, i: int, x: str, dy: str, w: dict[str, int]) -> str:
-    """Layer i's backward from gradient dy; frees what the layer saved, returns dx's name. The
-    parameters' bf16 .grad (sizes w) are allocated here and kept by the caller."""
-    p, g = f"m{m}.l{i}.", f"m{m}.l{i}.d"
-    r.a(g + "prod", s.cols(s.f))  # down_proj backward
-    r.a(f"m{m}.grad.l{i}.down", w["down"])
-    r.f(p + "prod")
-    r.a(g + "silu", s.cols(s.f))  # mul backward: d silu, d up
-    r.a(g + "up", s.cols(s.f))
-    r.f(g + "prod", p + "silu")
-    r.a(g + "gate", s.cols(s.f))  # silu backward
-    r.f(g + "silu")
-    r.a(g + "gu", s.cols(2 * s.f))  # split backward: cat
-    r.f(g + "gate", g + "up", p + "gu")
-    _col_grad(r, s, g + "n2")
-    r.a(f"m{m}.grad.l{i}.gu", w["gu"])
-    r.f(g + "gu", p + "n2")
-    r.a(g + "r1n", s.sh)  # post-attention norm backward
-    r.a(f"m{m}.grad.l{i}.norm2", w["norm"])
-    r.f(g + "n2", p + "r1", p + "rstd2")
-    r.a(g + "r1", s.sh)  # the residual's two gradients summed
-    r.f(g + "r1n", dy)
-    r.a(g + "o", s.cols(s.h))  # o_proj backward
-    r.a(f"m{m}.grad.l{i}.o", w["o"])
-    r.a(g + "qkv", s.cols(3 * s.h))  # flash attention backward: dq, dk, dv (one each)
-    r.a(g + "acc", s.cols(s.h, FP32))  # its fp32 dq accumulator
-    r.f(g + "acc", g + "o", p + "o", p + "lse")
-    r.a(g + "kv", s.cols(2 * s.h))  # split(kv) backward: cat
-    r.a(g + "stack", s.cols(3 * s.h))  # unbind backward: stack of dq, dk, dv
-    r.f(g + "kv", g + "qkv", p + "kvc", p + "qkvc")
-    r.a(g + "qkvv", s.cols(3 * s.h))  # the view of a permuted tensor: a copy
-    r.f(g + "stack")
-    _col_grad(r, s, g + "n1")
-    r.a(f"m{m}.grad.l{i}.qkv", w["qkv"])
-    r.f(g + "qkvv", p + "n1")
-    r.a(g + "xn", s.sh)  # input norm backward
-    r.a(f"m{m}.grad.l{i}.norm1", w["norm"])
-    r.f(g + "n1", p + "rstd1")
-    if x:
-        r.f(x)
-    r.a(g + "x", s.sh)
-    r.f(g + "xn", g + "r1")
-    return g + "x"
+# What cudaMalloc can give PyTorch's allocator on the sweep's H100 80GB (about 79 GiB a device):
+# less the CUDA context and the NCCL communicators' own buffers, which nanotron's dp, tp, pp and
+# world groups each allocate outside the allocator (NCCL: about 1.6 GB for one communicator,
+# about 6 GB with three or more, NVIDIA/nccl#864). The replay's one free parameter: its
+# figures are the same for any ceiling from 70 to 74 GiB (measured: `--window`).
+CEILING_GIB = 72.0
 
 
 @dataclass(frozen=True)
 class ReplayResult:
     """The replay's figures (GiB)."""
 
-    reserved: float
-    peak_allocated: float
+    reserved: float  # what the benchmark prints: max_memory_reserved since the last reset
+    peak_allocated: float  # the live tensors' high-water mark over the whole replay
+    top_reserved: float  # the segments' high-water mark over the whole replay (never reset)
     before_gather: tuple[float, ...]  # reserved before each step's ZeRO-1 all-gather
     releases: int  # cudaMalloc failures that released the cached segments
 
 
 def replay_nanotron(
-    run: CalibrationRun, staging: bool = True, limit_gib: float | None = None
+    run: CalibrationRun,
+    staging: bool = True,
+    ceiling_gib: float | None = CEILING_GIB,
+    held: int = 0,
 ) -> ReplayResult:
     """nanotron's first pipeline stage through STEPS steps at the run's layout (tp = 1 or
-    reduce_scatter mode; pp ranks by cost, models/base.py build_model)."""
+    reduce_scatter mode; pp ranks by cost, models/base.py build_model), with what cudaMalloc
+    can give the allocator capped at `ceiling_gib` (None: no cap), and the tp collectives'
+    whole inputs freed `held` collectives late (`Replay.later`; held blocks count as
+    allocated here, where PyTorch counts them freed: reserved is the same)."""
     A = resolve_model(run.model)
     c = run.config
     tp, pp, dp, b, M = c.tp, c.pp, c.dp, c.micro_batch_size, c.num_microbatches
@@ -210,7 +115,7 @@ def replay_nanotron(
     layer_params = [w["norm"], w["qkv"], w["o"], w["norm"], w["gu"], w["down"]]
     params = [embed] + layer_params * n + ([w["norm"], head] if last else [])
     params = [x for x in params if x]
-    r = Replay(None if limit_gib is None else int(limit_gib * GIB))
+    r = Replay(None if ceiling_gib is None else int(ceiling_gib * GIB), held)
     for k, x in enumerate(params):  # bf16 parameters
         r.a(f"param{k}", x)
     total = sum(params) // BF16  # elements
@@ -223,7 +128,10 @@ def replay_nanotron(
         r.a("buf.allgather2", s.full)
     before: list[float] = []
     for step in range(STEPS):
+        r.al.reset_peaks()  # training_step's log_memory before train_batch_iter
         _step(r, s, n, pp, M, A.V, w, embed, head, last)
+        r.flush()
+        r.al.reset_peaks()  # and after it: the print covers the optimizer step on
         before.append(r.al.reserved / GIB)
         if step == 0:  # AdamW's exp_avg, exp_avg_sq per slice, made at the first step
             for k, x in enumerate(slices):
@@ -239,7 +147,13 @@ def replay_nanotron(
                 r.f("ag.flat")
             r.f("ag.in", *(f"ag.out{k}" for k in range(dp)))
     al = r.al
-    return ReplayResult(al.peak_reserved / GIB, al.peak_allocated / GIB, tuple(before), al.releases)
+    return ReplayResult(
+        al.peak_reserved / GIB,
+        al.top_allocated / GIB,
+        al.top_reserved / GIB,
+        tuple(before),
+        al.releases,
+    )
 
 
 def _step(
@@ -255,13 +169,13 @@ def _step(
         for i in range(n):
             x = forward_layer(r, s, m, i, x)
         if last:
-            _loss_forward(r, s, m, V, x)
+            loss_forward(r, s, m, V, x)
         todo.append(m)
 
     def bwd() -> None:
         m = todo.pop(0)
         if last:
-            dy = _loss_backward(r, s, m, V, head, f"m{m}.l{n - 1}.y")
+            dy = loss_backward(r, s, m, V, head, f"m{m}.l{n - 1}.y")
         else:
             dy = f"m{m}.recv"
             r.a(dy, s.sh)  # the gradient received from the next stage
@@ -286,60 +200,126 @@ def _step(
         bwd()
 
 
-def _loss_forward(r: Replay, s: Shape, m: int, V: int, x: str) -> None:
-    """Final norm, lm_head, cast_to_fp32 and the sharded cross-entropy (pp = 1: rank 0 holds
-    it): the bf16 logits freed by the cast, the fp32 logits by the max-subtracted copy kept as
-    the softmax (parallel/tensor_parallel/functional.py _ShardedCrossEntropy.forward)."""
-    p = f"m{m}.loss."
-    r.a(p + "rstd", FP32 * s.T // s.tp)
-    r.a(p + "nf", s.sh)
-    r.a(p + "logits", s.cols(V))
-    r.a(p + "fp32", s.cols(V, FP32))
-    r.f(p + "logits")
-    r.a(p + "softmax", s.cols(V, FP32))
-    r.f(p + "fp32")
+Row = tuple[str, float, "ReplayResult | None", "ReplayResult | None", "ReplayResult | None"]
 
 
-def _loss_backward(r: Replay, s: Shape, m: int, V: int, head: int, x: str) -> str:
-    """The softmax becomes the logits' gradient in place; its bf16 cast feeds lm_head."""
-    p, g = f"m{m}.loss.", f"m{m}.loss.d"
-    r.a(g + "logits", s.cols(V))
-    r.f(p + "softmax")
-    _col_grad(r, s, g + "nf")
-    r.a(f"m{m}.grad.head", head or 1)
-    r.f(g + "logits")
-    r.a(g + "y", s.sh)
-    r.f(g + "nf", p + "rstd", p + "nf", x)
-    return g + "y"
-
-
-def report() -> tuple[str, list[tuple[str, float, ReplayResult, ReplayResult]]]:
-    """Every nanotron run that prints its peak, replayed with and without ProcessGroupNCCL's
-    flat staging tensor in ZeRO-1's all-gather: the table and the rows."""
+def nanotron_printed() -> list[CalibrationRun]:
+    """The nanotron runs that print their peak."""
     from meshplan.tools.calibration.loaders import load_fsdp  # noqa: PLC0415
 
-    rows = [
-        (r.id, r.memory_gib, replay_nanotron(r), replay_nanotron(r, staging=False))
-        for r in load_fsdp()
-        if r.framework.value == "NANOTRON" and r.memory_gib is not None
+    runs = load_fsdp()
+    return sorted(
+        (r for r in runs if r.framework.value == "NANOTRON" and r.memory_gib is not None),
+        key=lambda r: r.id,
+    )
+
+
+def _summary(what: str, errs: list[float]) -> str:
+    ok = [e for e in errs if e == e]  # NaN: out of memory
+    if not ok:
+        return f"{what}: every row out of memory"
+    med = statistics.median(abs(e) for e in ok)
+    bad = len(errs) - len(ok)
+    return (
+        f"{what}: median |error| {med:.1%}, worst under {min(ok):+.1%}, "
+        f"worst over {max(ok):+.1%}" + (f"; {bad} out of memory" if bad else "")
+    )
+
+
+def _try(run: CalibrationRun, **kw: object) -> ReplayResult | None:
+    """The replay, or None where its live tensors pass the ceiling (out of memory)."""
+    try:
+        return replay_nanotron(run, **kw)  # type: ignore[arg-type]
+    except MemoryError:
+        return None
+
+
+def _err(x: ReplayResult | None, pub: float) -> float:
+    return float("nan") if x is None else x.reserved / pub - 1
+
+
+def _cell(x: ReplayResult | None, pub: float, width: int) -> str:
+    if x is None:
+        return f"{'out of memory':>{width + 8}}"
+    return f"{x.reserved:{width}.2f}  {_err(x, pub):+6.1%}"
+
+
+def report(ceiling_gib: float = CEILING_GIB, held: int = 0) -> tuple[str, list[Row]]:
+    """Every nanotron run that prints its peak, replayed under the ceiling, with no ceiling (no
+    cudaMalloc ever fails), and without ProcessGroupNCCL's flat staging tensor in ZeRO-1's
+    all-gather: the table and the rows."""
+    rows: list[Row] = [
+        (
+            r.id,
+            float(r.memory_gib or 0.0),
+            _try(r, ceiling_gib=ceiling_gib, held=held),
+            _try(r, ceiling_gib=None, held=held),
+            _try(r, staging=False, ceiling_gib=ceiling_gib, held=held),
+        )
+        for r in nanotron_printed()
     ]
-    head = f"{'run':42}  {'GiB pub':>7}  {'replayed':>8}  {'error':>6}  {'no staging':>10}"
-    lines = [head + f"  {'error':>6}  {'allocated':>9}"]
-    for rid, pub, x, y in sorted(rows):
-        e, f = x.reserved / pub - 1, y.reserved / pub - 1
+    lines = [
+        f"ceiling {ceiling_gib:g} GiB (what cudaMalloc gives the allocator), tp inputs held {held}",
+        f"{'run':38}  {'GiB pub':>7}  {'replayed':>8}  {'error':>6}  {'rel':>3}"
+        f"  {'no ceiling':>10}  {'error':>6}  {'no staging':>10}  {'error':>6}  {'allocated':>9}",
+    ]
+    for rid, pub, x, y, z in rows:
+        rel = f"{x.releases:3d}" if x is not None else "  -"
+        alloc = f"{x.peak_allocated:9.2f}" if x is not None else f"{'-':>9}"
         lines.append(
-            f"{rid:42}  {pub:7.2f}  {x.reserved:8.2f}  {e:+6.1%}  {y.reserved:10.2f}  {f:+6.1%}"
-            f"  {x.peak_allocated:9.2f}"
+            f"{rid[len('nanotron_bench_') :]:38}  {pub:7.2f}  {_cell(x, pub, 8)}  {rel}"
+            f"  {_cell(y, pub, 10)}  {_cell(z, pub, 10)}  {alloc}"
         )
-    for k, what in ((2, "replayed"), (3, "no staging")):
-        errs = [row[k].reserved / row[1] - 1 for row in rows]
-        med = statistics.median(abs(e) for e in errs)
-        lines.append(
-            f"{what}: median |error| {med:.1%}, worst under {min(errs):+.1%}, "
-            f"worst over {max(errs):+.1%}"
-        )
+    for k, what in ((2, "replayed"), (3, "no ceiling"), (4, "no staging")):
+        lines.append(_summary(what, [_err(row[k], row[1]) for row in rows]))  # type: ignore[arg-type]
     return "\n".join(lines), rows
 
 
+def window(ceilings: list[float]) -> str:
+    """The replay's summary at each ceiling (the window its figures hold in)."""
+    runs = nanotron_printed()
+    return "\n".join(
+        _summary(
+            f"ceiling {ceil:5.1f} GiB",
+            [_err(_try(r, ceiling_gib=ceil), float(r.memory_gib or 1)) for r in runs],
+        )
+        for ceil in ceilings
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse  # noqa: PLC0415
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    ap.add_argument(
+        "--ceiling",
+        type=float,
+        default=CEILING_GIB,
+        help=f"what cudaMalloc gives the allocator, GiB (default {CEILING_GIB:g})",
+    )
+    ap.add_argument(
+        "--held",
+        type=int,
+        default=0,
+        help="free each tp collective's whole input this many collectives late (count; "
+        "default 0: at once)",
+    )
+    ap.add_argument(
+        "--window",
+        nargs=3,
+        type=float,
+        metavar=("FROM", "TO", "STEP"),
+        help="summarise the replay at each ceiling FROM..TO GiB by STEP GiB (slow: 15 s each)",
+    )
+    a = ap.parse_args(argv)
+    if a.window:
+        lo, hi, step = a.window
+        n = int(round((hi - lo) / step)) + 1
+        print(window([lo + k * step for k in range(n)]))
+        return 0
+    print(report(a.ceiling, a.held)[0])
+    return 0
+
+
 if __name__ == "__main__":
-    print(report()[0])
+    raise SystemExit(main())
