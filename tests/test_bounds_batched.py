@@ -130,3 +130,36 @@ def test_one_group_outer_product_is_the_matrix_product() -> None:
     x = rng.normal(size=(5, 12, 1)) * rng.integers(0, 2, size=(5, 12, 1))  # zeros, both signs
     y = rng.normal(size=(5, 1, 9)) * 1e12
     assert np.array_equal(x * y, np.matmul(x, y))
+
+
+def test_a_sum_with_no_groups_is_zero_moved_by_its_margin() -> None:
+    """A tiny model on one GPU has memory sums with no group of terms at all: their fine bound
+    is 0 moved by its margin at every entry (an unfilled array before)."""
+    tb = tables_of(
+        {
+            "model": {
+                "num_layers": 2,
+                "hidden_size": 128,
+                "num_attention_heads": 4,
+                "num_kv_heads": 1,
+                "ffn_hidden_size": 256,
+                "vocab_size": 1024,
+                "gated_mlp": False,
+            },
+            "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 1, "gpus_per_node": 2, "hbm_gib": 0.25},
+            "training": {"seq_len": 256, "global_batch_tokens": 256, "framework": "DEEPSPEED"},
+            "search": {"max_micro_batch_size": 1, "max_virtual_stages": 1},
+        }
+    )
+    sums = tb.sums()
+    held = {int(c) for _, _, owner in sums.groups.values() for c in owner.tolist()}
+    empty = [c for c in range(len(sums.low)) if c not in held]
+    assert empty  # the case this test is about
+    row = 0
+    lists = {"pv": [tb.agree("pv", row)], "te": [tb.agree("te", row)], "db": [tb.agree("db", row)]}
+    zpos = tb.members["z"][tb.cls["z"][row]].tolist()
+    batch = bounds._Batch(tb, [row], lists, zpos)
+    for c in empty:
+        got = batch.value(c)
+        zero = bounds._margin_own(np.zeros_like(got), bool(sums.low[c]))
+        assert got.shape[:3] == (1, 1, 1) and np.array_equal(got, zero), c

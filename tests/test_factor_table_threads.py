@@ -22,9 +22,12 @@ class Scale:
         return Fraction(int(v) * self.k)  # type: ignore[call-overload]
 
 
-def pair(fn: Scale, v: object) -> tuple[int, int]:
-    f = fn(v)
-    return f.numerator, f.denominator
+def pairs(keys: list[tuple[Scale, object]]) -> list[tuple[int, int]]:
+    out = []
+    for fn, v in keys:
+        f = fn(v)
+        out.append((f.numerator, f.denominator))
+    return out
 
 
 def test_one_table_filled_and_grown_from_many_threads_gives_every_value() -> None:
@@ -43,7 +46,7 @@ def test_one_table_filled_and_grown_from_many_threads_gives_every_value() -> Non
                     for step in range(12):
                         fns = [Scale(100 * t + step + i) for i in range(3)]
                         domain = list(range(t * 1000 + step * 40, t * 1000 + step * 40 + 40))
-                        got = table.matrix(fns, domain, pair)
+                        got = table.matrix(fns, domain, pairs)
                         for i, fn in enumerate(fns):
                             for j, v in enumerate(domain):
                                 if got[i, j] != v * fn.k:

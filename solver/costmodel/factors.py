@@ -128,10 +128,10 @@ class _FloatTable:
         self,
         fns: Sequence[Factor],
         domain: Sequence[object],
-        pair: Callable[[Factor, object], tuple[int, int]],
+        pairs: Callable[[list[tuple[Factor, object]]], list[tuple[int, int]]],
     ) -> np.ndarray:
-        """(len(fns), len(domain)): each factor's float over the domain; `pair(fn, v)` gives an
-        entry not computed yet as its (numerator, denominator)."""
+        """(len(fns), len(domain)): each factor's float over the domain; `pairs(keys)` gives the
+        entries not computed yet, (factor, value) keys, as (numerator, denominator) pairs."""
         with self._lock:
             rows, cols = self._rows, self._cols
             ri = [rows.setdefault(fn, len(rows)) for fn in fns]
@@ -140,9 +140,11 @@ class _FloatTable:
             sub = self._table[np.ix_(ri, ci)]
             todo = np.argwhere(np.isnan(sub))
             if len(todo):
-                for i, j in todo.tolist():
-                    num, den = pair(fns[i], domain[j])
-                    sub[i, j] = self._table[ri[i], ci[j]] = float(num) / float(den)
+                at = todo.tolist()
+                got = pairs([(fns[i], domain[j]) for i, j in at])
+                table = self._table
+                for (i, j), (num, den) in zip(at, got, strict=True):
+                    sub[i, j] = table[ri[i], ci[j]] = float(num) / float(den)
             return sub
 
     def _fit(self, nr: int, nc: int) -> None:
@@ -195,6 +197,21 @@ class Fractions:
             got = self._pairs[k] = (f.numerator, f.denominator)
         return got
 
+    def pairs(self, keys: list[tuple[Factor, object]]) -> list[tuple[int, int]]:
+        """`pair(fn, v)` of each (fn, v) key, kept as `pair` keeps them: one loop over the keys
+        (a new cost model's float matrices ask for a few hundred at once)."""
+        memo, kept = self._memo, self._pairs
+        out = []
+        for k in keys:
+            got = kept.get(k)
+            if got is None:
+                f = memo.get(k)
+                if f is None:
+                    f = memo[k] = k[0](k[1])
+                got = kept[k] = (f.numerator, f.denominator)
+            out.append(got)
+        return out
+
     def domain_number(self, domain: Sequence[object]) -> int:
         """One number per distinct domain values (`DomainNumbers`)."""
         return self._domains.number(domain)
@@ -235,7 +252,7 @@ class Fractions:
                     num, den = self.arrays(fn, domain)
                     got[1 + i] = num.astype(float) / den.astype(float)
             else:  # a gather: each (factor, value) is computed once for every domain
-                got[1:] = self._floats.matrix(fns, domain, self.pair)
+                got[1:] = self._floats.matrix(fns, domain, self.pairs)
             got.flags.writeable = False
             memo[k] = got
         return got

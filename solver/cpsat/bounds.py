@@ -129,6 +129,14 @@ def stack_sums(tb: Tables, comps: list[tuple[Compiled, bool]], starts) -> Sums: 
     return Sums(np.array([low for _, low in comps]), groups, slot_matrices(groups, len(comps), nf))
 
 
+def _firsts(o: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of a sorted array begins."""
+    new = np.empty(len(o), dtype=bool)
+    new[:1] = True
+    np.not_equal(o[1:], o[:-1], out=new[1:])
+    return np.flatnonzero(new)
+
+
 def _margin(v: np.ndarray, low: np.ndarray) -> np.ndarray:
     """Move every sum's float bound (sums on axis 0) away from the integer it bounds."""
     m = np.abs(v)  # one temporary, changed in place: the same numbers (x·s is s·x)
@@ -300,53 +308,54 @@ class _Batch:
             a: tb.factor_matrix(a, "dom")[:, self.pos[a]].transpose(1, 0, 2)
             for a in ("pv", "te", "db")
         }
-        self._stack: list[list[tuple]] | None = None
+        self._stack: list[list[tuple[str | None, np.ndarray, np.ndarray]]] | None = None
 
-    def _stacked(self) -> list[list[tuple]]:
-        """Per sum: per selector holding groups of it, those groups' starts at the batch's rows
-        (and ZeRO stages) as (rows, groups, |sel|) and their factors at each entry per axis:
-        gathered once for every sum `value` reads (groups are sorted by sum)."""
+    def _stacked(self) -> list[list[tuple[str | None, np.ndarray, np.ndarray]]]:
+        """Per sum: per selector holding groups of it, those groups' starts times pipeline
+        factors (rows, |sel|·P, groups) and expert times batch factors (rows, groups, T·D):
+        the products formed once per selector for every group (groups are sorted by sum), each
+        sum's a view of them."""
         if self._stack is None:
+            n, _, _, npv, nte, ndb = self.shape
             sums = self.tb.sums()
             self._stack = [[] for _ in range(len(sums.low))]
             for sel, (start, idx, owner) in sums.groups.items():
                 a = start[:, self.zpos][:, :, self.rows] if sel == "z" else start[:, :, self.rows]
-                a = a.transpose(2, 0, 1)
-                f = tuple(self.factors[ax][:, idx[i]] for i, ax in enumerate(FACTOR_AXES))
+                a = a.transpose(2, 0, 1)  # (rows, groups, |sel|)
+                p, t, d = (self.factors[ax][:, idx[i]] for i, ax in enumerate(FACTOR_AXES))
+                g, ns = a.shape[1:]
+                x = (a[:, :, :, None] * p[:, :, None, :]).reshape(n, g, ns * npv)
+                y = (t[:, :, :, None] * d[:, :, None, :]).reshape(n, g, nte * ndb)
                 ends = np.searchsorted(owner, np.arange(len(sums.low) + 1)).tolist()
                 for c, (lo, hi) in enumerate(zip(ends[:-1], ends[1:], strict=True)):
                     if lo < hi:
-                        self._stack[c].append((sel, a[:, lo:hi], *(x[:, lo:hi] for x in f)))
+                        self._stack[c].append((sel, x[:, lo:hi].transpose(0, 2, 1), y[:, lo:hi]))
             self._low = sums.low.tolist()
         return self._stack
 
     def value(self, c: int) -> np.ndarray:
         """The real value of sum c at every (row, r, z, P, T, D), moved by its margin, of size 1
         on the r or z axis when the sum does not depend on it: per selector, one batched matrix
-        product, (starts x pipeline factors) by (expert x batch factors)."""
-        n, nr, nz, npv, nte, ndb = self.shape
-        parts = self._stacked()[c]  # the selectors holding groups of sum c
-        sels = {sel for sel, *_ in parts}
-        out = np.empty((n, nr if "r" in sels else 1, nz if "z" in sels else 1, npv, nte, ndb))
-        first = True
-        for sel, a, p, t, d in parts:
-            g, ns = a.shape[1:]
-            x = (a[:, :, :, None] * p[:, :, None, :]).reshape(n, g, ns * npv).transpose(0, 2, 1)
-            y = (t[:, :, :, None] * d[:, :, None, :]).reshape(n, g, nte * ndb)
+        product, (starts x pipeline factors) by (expert x batch factors); the selectors' parts
+        added in order (None, r, z), each addition at the smallest shape that holds it (a
+        broadcast operand costs a full pass of its own)."""
+        n, _, _, npv, nte, ndb = self.shape
+        out = None
+        for sel, x, y in self._stacked()[c]:  # the selectors holding groups of sum c
             # one group: an outer product, the same products without a matrix product's pass
             # that zeroes its output first (a third of the entries here)
-            val = (x * y if g == 1 else np.matmul(x, y)).reshape(n, ns, npv, nte, ndb)
+            val = (x * y if y.shape[1] == 1 else np.matmul(x, y)).reshape(n, -1, npv, nte, ndb)
             if sel is None:
                 val = val[:, 0][:, None, None]
             elif sel == "r":
                 val = val[:, :, None]
             else:
                 val = val[:, None, :]
-            if first:  # 0 + val, as onto zeros: one pass instead of two
-                np.add(val, 0.0, out=out)
-                first = False
-            else:
-                out += val
+            # a new array each (the first part is this call's own product); 0 + x is x but
+            # for the sign of a zero, which the margin below makes no difference to
+            out = val if out is None else out + val
+        if out is None:  # a sum with no groups is 0 (an empty array here was left unfilled)
+            out = np.zeros((n, 1, 1, npv, nte, ndb))
         return _margin_own(out, bool(self._low[c]))
 
     def runs(self) -> np.ndarray:
@@ -474,6 +483,7 @@ def fine_bounds(tb: Tables, rows: list[int], cap: float = np.inf) -> dict[int, F
         if bound < np.inf:
             c, rz = divmod(flat, nr * nz)
             at = (c, rz // nz, rz % nz)
-        tile = np.broadcast_to(te, (ndb, nte)).reshape(-1)  # te of each cell, db-major
-        out[r] = Fine(min(bound, rest), np.repeat(db, nte), tile, bounds, pv, at, rest, cap)
+        tile = np.empty(cells, te.dtype)  # te of each cell, db-major
+        tile.reshape(ndb, nte)[...] = te
+        out[r] = Fine(min(bound, rest), db.repeat(nte), tile, bounds, pv, at, rest, cap)
     return out

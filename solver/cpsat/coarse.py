@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from meshplan.solver.cpsat.bounds import ROWS_CHUNK, Tables, _combine, _margin_own
+from meshplan.solver.cpsat.bounds import ROWS_CHUNK, Tables, _combine, _firsts, _margin_own
 
 
 def _pairs(tb: Tables, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -27,14 +27,6 @@ def _pairs(tb: Tables, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     at = np.repeat(np.arange(len(rows), dtype=np.int64), n)
     first = np.repeat(np.cumsum(n) - n, n)
     return at, flat[offsets[cls][at] + np.arange(len(at), dtype=np.int64) - first]
-
-
-def _firsts(o: np.ndarray) -> np.ndarray:
-    """Where each run of equal values of a sorted array begins."""
-    new = np.empty(len(o), dtype=bool)
-    new[:1] = True
-    np.not_equal(o[1:], o[:-1], out=new[1:])
-    return np.flatnonzero(new)
 
 
 def _least(tb: Tables, rows: np.ndarray, at: np.ndarray, te: np.ndarray) -> Callable:
