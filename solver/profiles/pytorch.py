@@ -108,7 +108,11 @@ TORCHTITAN = Profile(
 #   residual fitted with the flat_12h activation form, which it therefore keeps, and which holds
 #   the gathered embedding and output unit too);
 # - TP is DTensor with sequence parallelism and no async TP: "TP fires all-gather/reduce-scatter
-#   on every matmul" (the scaling guide), so its collectives are counted fully exposed.
+#   on every matmul" (the scaling guide), so its collectives are counted fully exposed;
+# - the model runs under torch.compile unless train.compile_model=false (KempnerInstitute/
+#   KempnerForge @ 5666d0d config/training.py compile_model: bool = True; distributed/
+#   parallel.py torch.compile(model)), and its GQA repeats K,V to the query heads
+#   (model/attention.py repeat_interleave): both read by the eager pointwise timing.
 _KEMPNERFORGE = Recipe(
     weights=2,
     gradients=0,
@@ -122,6 +126,8 @@ _KEMPNERFORGE = Recipe(
     root_gather=False,
     master=0,
     fsdp="FSDP2",
+    compiled=True,
+    kv_repeated=True,
 )
 
 KEMPNERFORGE = Profile(
