@@ -50,6 +50,8 @@ _TORCHTITAN = Recipe(
     fsdp="FSDP2",
     loss_parallel_held=True,
     final_norm=6,
+    # parallelize_llama.py: ptd_checkpoint_wrapper, non-reentrant (CheckpointWrapper's default)
+    recompute_stops_early=True,
 )
 
 TORCHTITAN = Profile(
@@ -128,6 +130,8 @@ _KEMPNERFORGE = Recipe(
     fsdp="FSDP2",
     compiled=True,
     kv_repeated=True,
+    # distributed/parallel.py apply_ac: checkpoint_wrapper(CheckpointImpl.NO_REENTRANT)
+    recompute_stops_early=True,
 )
 
 KEMPNERFORGE = Profile(
@@ -184,6 +188,12 @@ _LLM_FOUNDRY = Recipe(
     sharded_master_only=True,
     unit_grad=2,
     fsdp="FSDP1",
+    # Composer applies checkpoint_wrapper(CheckpointImpl.NO_REENTRANT) to every MPTBlock where
+    # the YAML sets activation_checkpointing_reentrant: false, as every pretrain YAML does
+    # (mosaicml/composer v0.16.4 composer/trainer/dist_strategy.py prepare_fsdp_module;
+    # llm-foundry @ b2a43a1 scripts/train/yamls/pretrain, MPTForCausalLM.activation_
+    # checkpointing_fn): early stopping from torch 2.1 on
+    recompute_stops_early=True,
 )
 
 LLM_FOUNDRY = Profile(
@@ -267,6 +277,10 @@ NANOTRON = Profile(
     timing=FrameworkTiming(
         kernels="TORCH",
         tp=False,  # tp_linear_async_communication defaults to False
+        # ... and when on (tp_mode REDUCE_SCATTER), each all-gather hides behind its own shard's
+        # GEMM (huggingface/nanotron @ e24d248 parallel/tensor_parallel/functional.py
+        # _ColumnLinearAsyncCommunication, _RowLinearAsyncCommunication)
+        tp_own_shard=True,
         # ZeRO-0: the fp32 accumulator's DDP hook reduces each bucket during the last
         # micro-batch's backward. ZeRO-1 with the fp32 accumulator is not DDP-wrapped (@ e24d248
         # trainer.py make_ddp): train_step all-reduces the fp32 gradient buffers after the whole
