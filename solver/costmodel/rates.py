@@ -131,7 +131,7 @@ class Rates:
         fp8_dispatch = fp8 and self.ov.ep_dedup
         self.a2a_bytes = (FP8_DISPATCH_BYTES + ACT_BYTES) / 2 if fp8_dispatch else float(ACT_BYTES)
         # torchao's Float8 tensor parallelism all-gathers in FP8 (FLOAT8_TP_BYTES)
-        float8 = fp8 and c.recipe.fp8_saved_weights > 0
+        float8 = fp8 and c.recipe.torchao_float8
         self.tp_bytes = FLOAT8_TP_BYTES if float8 else float(ACT_BYTES)
 
     # -- links (span: an int, or an array of rows) -------------------------------------------

@@ -134,6 +134,9 @@ class Recipe:
     # bytes per layer parameter (tp-local, never dp-sharded) of the FP8 weight each eager
     # torchao Float8Linear casts and saves for backward, once per micro-batch in flight (memory.py)
     fp8_saved_weights: int = 0
+    # FP8 training converts the linears to torchao's Float8Linear, whose tensor parallelism
+    # all-gathers in FP8 (costmodel/pointwise.py FLOAT8_TP_BYTES; rates.py tp_bytes)
+    torchao_float8: bool = False
 
 
 @record(frozen=True, kw_only=True)

@@ -73,7 +73,7 @@ TORCHTITAN = Profile(
     moe_with_pp=True,
     tied_with_pp=True,
     bf16=_TORCHTITAN,
-    fp8_recipe=replace(_TORCHTITAN, fp8_saved_weights=FLOAT8_SAVED_WEIGHT),
+    fp8_recipe=replace(_TORCHTITAN, fp8_saved_weights=FLOAT8_SAVED_WEIGHT, torchao_float8=True),
     export="torchtitan",
     interleave_torch_rounds=True,  # Interleaved1F1B is PyTorch's schedule
     # torchtitan 0.3.0 (distributed/parallel_dims.py): "EP borrows ranks from FSDP and TP:
@@ -154,7 +154,7 @@ KEMPNERFORGE = Profile(
     tied_with_pp=False,  # config/job.py: tied embeddings are not supported with pp
     bf16=_KEMPNERFORGE,
     # Float8Linear converts the matmuls only, and saves the FP8 weight it casts
-    fp8_recipe=replace(_KEMPNERFORGE, fp8_saved_weights=FLOAT8_SAVED_WEIGHT),
+    fp8_recipe=replace(_KEMPNERFORGE, fp8_saved_weights=FLOAT8_SAVED_WEIGHT, torchao_float8=True),
     export="kempnerforge",
     timing=FrameworkTiming(
         kernels="TORCH",
