@@ -1,13 +1,25 @@
-"""Framework timing rules read from the frameworks' code: nanotron's async tp linears and
-KempnerForge's eager (uncompiled) blocks."""
+"""Framework timing rules read from the frameworks' code: nanotron's async tp linears,
+KempnerForge's eager (uncompiled) blocks, PyTorch's early-stopping checkpoint."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from meshplan.solver.arch import resolve_model
-from meshplan.solver.costmodel import CostModel, Layout
+from meshplan.solver.costmodel import CostModel, Layout, Point
+from meshplan.solver.costmodel.context import recipe_of
 from meshplan.solver.costmodel.rates import Rates
 from meshplan.solver.hardware import resolve_cluster
-from meshplan.solver.schema import ClusterSpec, Framework, ModelSpec, SearchSpec, TrainingSpec
+from meshplan.solver.schema import (
+    ClusterSpec,
+    Framework,
+    ModelSpec,
+    ParallelConfig,
+    Recompute,
+    SearchSpec,
+    TrainingSpec,
+)
+from meshplan.tools.calibration.fsdp import load_fsdp
 from meshplan.tools.calibration.loaders import load_kempnerforge
 
 LLAMA8 = ModelSpec(preset="llama3-8b")
@@ -61,3 +73,46 @@ def test_kempnerforge_compiles_by_default_and_its_eager_run_pays_the_pointwise_o
     assert [i for i, r in runs.items() if not r.training.compiled] == [
         "kempnerforge_13b_fsdp8_8gpu"
     ]
+
+
+def _recompute_seconds(framework: Framework, recompute: Recompute, early: bool) -> float:
+    """Per-token recompute time of llama3-8b on 64 H100 at tp 2, with the recipe's early stop
+    set as asked."""
+    t = TrainingSpec(seq_len=4096, global_batch_tokens=64 * 4096, framework=framework)
+    A = resolve_model(LLAMA8)
+    H = resolve_cluster(ClusterSpec(gpu="h100-sxm-80gb", num_gpus=64))
+    rec = replace(recipe_of(t), recompute_stops_early=early)
+    cm = CostModel(A, H, t, SearchSpec(), recipe=rec)
+    cfg = ParallelConfig(
+        tp=2,
+        pp=1,
+        dp=32,
+        micro_batch_size=1,
+        num_microbatches=2,
+        zero_stage=3,
+        recompute=recompute,
+        sequence_parallel=True,
+    )
+    return cm.time_per_token(Point.from_config(cfg)).get("recompute", 0.0)
+
+
+def test_an_early_stopping_checkpoint_skips_the_down_projection() -> None:
+    """torch 2.1 torch/utils/checkpoint.py: non-reentrant checkpoint stops at the last saved
+    tensor, the down projection's input; the projection and its reduction are not replayed."""
+    fw = Framework.TORCHTITAN
+    assert recipe_of(TrainingSpec(seq_len=4096, framework=fw)).recompute_stops_early
+    whole = _recompute_seconds(fw, Recompute.FULL, False)
+    early = _recompute_seconds(fw, Recompute.FULL, True)
+    # llama3-8b: w2 is 27% of a layer's GEMM FLOPs, diluted by attention and pointwise passes
+    assert 0.12 < (whole - early) / whole < 0.27
+    # selective recomputation replays only attention: nothing to stop early
+    assert _recompute_seconds(fw, Recompute.SELECTIVE, False) == _recompute_seconds(
+        fw, Recompute.SELECTIVE, True
+    )
+
+
+def test_llm_foundry_a100_40gb_table_replays_whole_blocks() -> None:
+    """Its sweep ran torch 1.13.1 (no early stop); the A100-80GB table torch 2.1.0."""
+    runs = [r for r in load_fsdp() if r.source == "llmfoundry"]
+    by_gpu = {(r.cluster.gpu, r.recompute_stops_early) for r in runs}
+    assert by_gpu == {("a100-sxm-40gb", False), ("a100-sxm-80gb", None)}
