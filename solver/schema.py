@@ -416,7 +416,8 @@ class TrainingSpec(_Strict):
             "The transformer blocks run under torch.compile (torchtitan's compile.enable, "
             "Composer's compile_config): the backward keeps only what it reads, and recomputes "
             "the norms' outputs and the gated MLP's activation and product; None: the framework "
-            "profile's (eager); TORCHTITAN, LLM_FOUNDRY and KEMPNERFORGE."
+            "profile's (KEMPNERFORGE compiled, as its train.compile_model default; the others "
+            "eager); TORCHTITAN, LLM_FOUNDRY and KEMPNERFORGE."
         ),
     )
     fp8_all_gather: bool | None = Field(

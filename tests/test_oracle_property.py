@@ -177,3 +177,20 @@ def test_cpsat_optimum_equals_oracle(req: PlanRequest) -> None:
     assert ev.fits, ev.violations
     assert ev.memory == res.memory
     assert ev.performance == res.performance
+
+
+def _async_tp(req: PlanRequest) -> PlanRequest:
+    training = req.training.model_copy(update={"tp_comm_overlap": True})
+    return req.model_copy(update={"training": training})
+
+
+@oracle_settings(30)
+@given(instances().filter(lambda r: r.training.framework.value == "NANOTRON").map(_async_tp))
+def test_nanotron_async_tp_keeps_cpsat_equal_to_the_oracle(req: PlanRequest) -> None:
+    """nanotron's own-shard tp overlap (rates.py tp_shard_exposed) in both evaluators."""
+    res, ref = plan(req), oracle(req)
+    if ref.objective is None:
+        assert res.status is PlanStatus.INFEASIBLE
+        return
+    assert res.status is PlanStatus.OPTIMAL
+    assert res.solver.objective == ref.objective

@@ -27,6 +27,7 @@ class Overlaps:
     # dualpipev.py _forward_backward_chunk -> overlapped_forward_backward)
     dualpipe: bool = False
     dp_per_chunk: bool = False  # FrameworkTiming.dp_per_chunk
+    tp_own_shard: bool = False  # FrameworkTiming.tp_own_shard
 
     def ep_runs(self, pp: int, v: int, full_recompute: bool) -> bool:
         """Whether the ep overlap holds on this layout (else the all-to-all is exposed)."""
@@ -59,4 +60,5 @@ def overlaps_for(training: TrainingSpec) -> Overlaps:
         ep_balanced=training.moe_router_force_balance,
         dualpipe=dual,
         dp_per_chunk=f.dp_per_chunk,
+        tp_own_shard=f.tp_own_shard,
     )

@@ -27,9 +27,14 @@ ELEM_ACT = 3
 # per f (silu 2+2, product 4+2); repeated K,V (kv_repeated) 4 per q element and 4 per kv
 # element. Backward autograd replays each op's reads and writes about twice: 3x the forward.
 # torch.compile fuses them into the passes ELEM_H counts (Inductor pointwise fusion).
-EAGER_FRAMEWORKS = frozenset({Framework.TORCHTITAN})
+# KempnerForge's blocks are the same eager ops (KempnerInstitute/KempnerForge @ 01b461a, the
+# scaling report's commit: model/norm.py RMSNorm in fp32, attention.py repeat_interleave and
+# .transpose(1, 2).contiguous(), mlp.py SwiGLU) but for RoPE, real-valued in bf16
+# (position.py apply_rope: four half-width products, a sub and an add, a cat: 18 bytes an
+# element); it compiles the whole model unless train.compile_model=false (config/training.py).
+EAGER_FRAMEWORKS = frozenset({Framework.TORCHTITAN, Framework.KEMPNERFORGE})
 EAGER_H = 3 * (2 * 36 + 2 * 6)  # norms and residual adds, per h
-EAGER_QK = 3 * 20  # RoPE per element of q and of k
+EAGER_QK = {Framework.TORCHTITAN: 3 * 20, Framework.KEMPNERFORGE: 3 * 18}  # RoPE, per element
 EAGER_OUT = 3 * 4  # SDPA output made contiguous, per element of q
 EAGER_REPEAT = 3 * 4  # repeat_kv's copies, per element of q and of k
 EAGER_F = 3 * 10  # SwiGLU, per element of the dense MLP's width f
@@ -51,12 +56,13 @@ FLOAT8_TP_BYTES = (1 + 1 + 2 + 2) / 4
 def eager_elementwise(
     c: Ctx, dense: float, lay: LayoutOrRows, moe_bytes: float
 ) -> np.ndarray | float:
-    """Per token: the unfused pointwise ops of torchtitan's eager Llama blocks (EAGER_*), with
-    `dense` the share of dense MLP layers, and the experts' and router's (`moe_bytes`, as fused)."""
+    """Per token: the unfused pointwise ops of eager Llama blocks (EAGER_*: torchtitan's and
+    KempnerForge's), with `dense` the share of dense MLP layers, and the experts' and router's
+    (`moe_bytes`, as fused)."""
     A = c.A
     q, k = A.a * A.head_dim, A.kv * A.head_dim
     per_f = EAGER_F if A.gated else EAGER_F_UNGATED
-    split = EAGER_QK * (q + k) + EAGER_OUT * q + per_f * dense * A.f
+    split = EAGER_QK[c.framework] * (q + k) + EAGER_OUT * q + per_f * dense * A.f
     if c.recipe.kv_repeated:
         split += EAGER_REPEAT * (q + k)
     split += moe_bytes

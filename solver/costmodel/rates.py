@@ -131,7 +131,7 @@ class Rates:
         fp8_dispatch = fp8 and self.ov.ep_dedup
         self.a2a_bytes = (FP8_DISPATCH_BYTES + ACT_BYTES) / 2 if fp8_dispatch else float(ACT_BYTES)
         # torchao's Float8 tensor parallelism all-gathers in FP8 (FLOAT8_TP_BYTES)
-        float8 = fp8 and c.recipe.fp8_saved_weights > 0
+        float8 = fp8 and c.recipe.torchao_float8
         self.tp_bytes = FLOAT8_TP_BYTES if float8 else float(ACT_BYTES)
 
     # -- links (span: an int, or an array of rows) -------------------------------------------
@@ -168,6 +168,17 @@ class Rates:
             split = (self.F_proj - self.F_down + self.F_mlp) / lay.tp
             return (split + self.F_down / pick(lay.sp, lay.tp, 1)) / self.rate_gemm
         return (self.F_proj + self.F_mlp) / (lay.tp * self.rate_gemm)
+
+    @rowwise
+    def early_stop_saving(self, lay: LayoutOrRows) -> np.ndarray | float:
+        """What full recomputation does not replay where it stops at the block's last saved
+        tensor (Recipe.recompute_stops_early): the dense MLP's down projection, forward, and the
+        row-parallel reduction of its output, one of tp_raw's four collectives of that block.
+        An MoE layer's last saved tensor is its combine's, after the experts: nothing skipped."""
+        A = self.c.A
+        down = self.dense * 2.0 * A.h * A.f / (lay.tp * self.rate_gemm)
+        blocks = 1.0 + self.dense + (self.moe if A.shared else 0.0)
+        return down + self.tp(lay) * self.dense / (4.0 * blocks)
 
     @rowwise
     def expert_gemm(self, lay: LayoutOrRows) -> np.ndarray | float:
@@ -275,13 +286,44 @@ class Rates:
         raw = self.tp_raw(lay)
         if not self.ov.tp:
             return raw
+        if self.ov.tp_own_shard:
+            return pick(lay.sp, self.tp_shard_exposed(lay), raw)
         return maximum(self.c.K.eps_tp * raw, raw - self.gemm(lay))
 
     @rowwise
+    def tp_shard_exposed(self, lay: LayoutOrRows) -> np.ndarray | float:
+        """tp_raw's four collectives of a block as nanotron's async tp linears run them (@
+        e24d248 parallel/tensor_parallel/functional.py): forward, the column-parallel input's
+        all-gather hides behind the GEMM of the rank's own sequence shard (1/T of it), the row-
+        parallel reduce-scatter behind nothing (differentiable_reduce_scatter_sum); backward,
+        the row's output-gradient all-gather behind its own shard's dgrad GEMM (1/T), and the
+        column's reduce-scatter of the input gradient behind the weight-gradient GEMM. (The
+        column's re-gather of its input for that GEMM, tp_recompute_allgather, runs behind
+        the dgrad GEMM and is not counted, as tp_raw counts it nowhere.)"""
+        A, T = self.c.A, lay.tp
+        one = A.h * self.tp_bytes * (T - 1) / T / self.bw(T)  # one collective, per token
+        per_param = 2.0 / (T * self.rate_gemm)  # one GEMM pass per parameter, per token
+        qkv = (A.a + 2 * A.kv) * A.head_dim
+        blocks = [(1.0, A.h * qkv, A.h * A.a * A.head_dim)]  # (weight, column, row params)
+        blocks.append((self.dense, (self.gate - 1) * A.h * A.f, A.h * A.f))
+        if A.is_moe and A.shared:
+            fs = A.shared * A.fe
+            blocks.append((self.moe, (self.gate - 1) * A.h * fs, A.h * fs))
+        total = 0.0
+        for w, col, row in blocks:
+            g_col, g_row = col * per_param, row * per_param
+            hidden = maximum(0.0, one - g_col / T) + maximum(0.0, one - g_row / T)
+            total = total + w * (one + hidden + maximum(0.0, one - g_col))
+        return pick(T == 1, 0.0, total)
+
+    @rowwise
     def tp_latency(self, lay: LayoutOrRows) -> np.ndarray | float:
-        """Per micro-batch per layer: 8 ring collectives' step latencies."""
+        """Per micro-batch per layer: 8 ring collectives' step latencies (nanotron's async tp:
+        the forward reduce-scatter, 1 of each block's 4, tp_shard_exposed)."""
         T = lay.tp
         share = self.c.K.eps_tp if self.ov.tp else 1.0
+        if self.ov.tp_own_shard and self.ov.tp:
+            share = pick(lay.sp, 0.25, 1.0)
         return pick(T == 1, 0.0, share * 8 * self.ring_latency(T, T))
 
     # -- context parallelism ----------------------------------------------------------------

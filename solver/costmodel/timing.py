@@ -178,7 +178,8 @@ def _ep_where_legal(terms: list[Term], c: Ctx, R: Rates, x: _Axes, exposed) -> N
 
 def _recompute_terms(terms: list[Term], c: Ctx, R: Rates, x: _Axes) -> None:
     """Extra time of recomputation: the attention core again (selective, Korthikanti §5), or
-    the whole forward with its collectives (full)."""
+    the whole forward with its collectives (full), less what a checkpoint that stops early
+    does not replay (Rates.early_stop_saving)."""
     pt, fx = x.pt, x.fx
 
     def per_token(lay: LayoutOrRows, r: Recompute) -> np.ndarray | float:
@@ -186,6 +187,8 @@ def _recompute_terms(terms: list[Term], c: Ctx, R: Rates, x: _Axes) -> None:
             return R.attention(lay) / 3 * pt(lay)
         if r is Recompute.FULL:
             fwd = R.compute_traffic(lay) / 3 + R.tp(lay) / 2 + R.cp(lay) / 3
+            if c.recipe.recompute_stops_early:
+                fwd = fwd - R.early_stop_saving(lay)
             return fwd * pt(lay)
         return 0.0
 

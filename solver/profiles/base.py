@@ -122,6 +122,11 @@ class Recipe:
     # ZeRO shards over the data-parallel ranks inside a node, replicated across nodes (HSDP)
     hybrid_shard: bool = False
     compiled: bool = False  # the blocks run under torch.compile (activations.py)
+    # full recomputation stops once the block's last saved tensor is rebuilt, so the dense MLP's
+    # down projection (whose output no backward reads) is not replayed: PyTorch's non-reentrant
+    # checkpoint since torch 2.1 (torch/utils/checkpoint.py _StopRecomputationError,
+    # set_checkpoint_early_stop; timing.py)
+    recompute_stops_early: bool = False
     gathered_weights: int = 0  # ZeRO-3: bytes per layer parameter gathered (0: `weights`)
     # last stage: bytes per token per h the final norm keeps for backward (on the sequence
     # shard), beside the output layer's whole input (memory.py); 0: not counted
@@ -129,6 +134,9 @@ class Recipe:
     # bytes per layer parameter (tp-local, never dp-sharded) of the FP8 weight each eager
     # torchao Float8Linear casts and saves for backward, once per micro-batch in flight (memory.py)
     fp8_saved_weights: int = 0
+    # FP8 training converts the linears to torchao's Float8Linear, whose tensor parallelism
+    # all-gathers in FP8 (costmodel/pointwise.py FLOAT8_TP_BYTES; rates.py tp_bytes)
+    torchao_float8: bool = False
 
 
 @record(frozen=True, kw_only=True)
@@ -140,6 +148,10 @@ class FrameworkTiming:
 
     kernels: str  # kernel family: "TE" (fused, Transformer Engine) or "TORCH" (PyTorch-native)
     tp: bool = False  # tp collectives overlapped with the GEMMs
+    # the tp overlap (when on, with sequence parallelism) is nanotron's: each all-gather hides
+    # behind the GEMM of the rank's own shard, the forward reduce-scatter behind nothing
+    # (costmodel/rates.py tp_shard_exposed), not the fitted share eps_tp of the whole
+    tp_own_shard: bool = False
     dp_stages: frozenset[int]  # ZeRO stages whose dp/FSDP traffic is overlapped with compute
     cp: bool = False  # ring K/V exchange overlapped with the attention blocks
     ep: bool = False  # expert all-to-all overlapped with another micro-batch's compute

@@ -50,6 +50,8 @@ _TORCHTITAN = Recipe(
     fsdp="FSDP2",
     loss_parallel_held=True,
     final_norm=6,
+    # parallelize_llama.py: ptd_checkpoint_wrapper, non-reentrant (CheckpointWrapper's default)
+    recompute_stops_early=True,
 )
 
 TORCHTITAN = Profile(
@@ -71,7 +73,7 @@ TORCHTITAN = Profile(
     moe_with_pp=True,
     tied_with_pp=True,
     bf16=_TORCHTITAN,
-    fp8_recipe=replace(_TORCHTITAN, fp8_saved_weights=FLOAT8_SAVED_WEIGHT),
+    fp8_recipe=replace(_TORCHTITAN, fp8_saved_weights=FLOAT8_SAVED_WEIGHT, torchao_float8=True),
     export="torchtitan",
     interleave_torch_rounds=True,  # Interleaved1F1B is PyTorch's schedule
     # torchtitan 0.3.0 (distributed/parallel_dims.py): "EP borrows ranks from FSDP and TP:
@@ -108,7 +110,11 @@ TORCHTITAN = Profile(
 #   residual fitted with the flat_12h activation form, which it therefore keeps, and which holds
 #   the gathered embedding and output unit too);
 # - TP is DTensor with sequence parallelism and no async TP: "TP fires all-gather/reduce-scatter
-#   on every matmul" (the scaling guide), so its collectives are counted fully exposed.
+#   on every matmul" (the scaling guide), so its collectives are counted fully exposed;
+# - the model runs under torch.compile unless train.compile_model=false (KempnerInstitute/
+#   KempnerForge @ 5666d0d config/training.py compile_model: bool = True; distributed/
+#   parallel.py torch.compile(model)), and its GQA repeats K,V to the query heads
+#   (model/attention.py repeat_interleave): both read by the eager pointwise timing.
 _KEMPNERFORGE = Recipe(
     weights=2,
     gradients=0,
@@ -122,6 +128,10 @@ _KEMPNERFORGE = Recipe(
     root_gather=False,
     master=0,
     fsdp="FSDP2",
+    compiled=True,
+    kv_repeated=True,
+    # distributed/parallel.py apply_ac: checkpoint_wrapper(CheckpointImpl.NO_REENTRANT)
+    recompute_stops_early=True,
 )
 
 KEMPNERFORGE = Profile(
@@ -144,7 +154,7 @@ KEMPNERFORGE = Profile(
     tied_with_pp=False,  # config/job.py: tied embeddings are not supported with pp
     bf16=_KEMPNERFORGE,
     # Float8Linear converts the matmuls only, and saves the FP8 weight it casts
-    fp8_recipe=replace(_KEMPNERFORGE, fp8_saved_weights=FLOAT8_SAVED_WEIGHT),
+    fp8_recipe=replace(_KEMPNERFORGE, fp8_saved_weights=FLOAT8_SAVED_WEIGHT, torchao_float8=True),
     export="kempnerforge",
     timing=FrameworkTiming(
         kernels="TORCH",
@@ -178,6 +188,12 @@ _LLM_FOUNDRY = Recipe(
     sharded_master_only=True,
     unit_grad=2,
     fsdp="FSDP1",
+    # Composer applies checkpoint_wrapper(CheckpointImpl.NO_REENTRANT) to every MPTBlock where
+    # the YAML sets activation_checkpointing_reentrant: false, as every pretrain YAML does
+    # (mosaicml/composer v0.16.4 composer/trainer/dist_strategy.py prepare_fsdp_module;
+    # llm-foundry @ b2a43a1 scripts/train/yamls/pretrain, MPTForCausalLM.activation_
+    # checkpointing_fn): early stopping from torch 2.1 on
+    recompute_stops_early=True,
 )
 
 LLM_FOUNDRY = Profile(
@@ -261,6 +277,10 @@ NANOTRON = Profile(
     timing=FrameworkTiming(
         kernels="TORCH",
         tp=False,  # tp_linear_async_communication defaults to False
+        # ... and when on (tp_mode REDUCE_SCATTER), each all-gather hides behind its own shard's
+        # GEMM (huggingface/nanotron @ e24d248 parallel/tensor_parallel/functional.py
+        # _ColumnLinearAsyncCommunication, _RowLinearAsyncCommunication)
+        tp_own_shard=True,
         # ZeRO-0: the fp32 accumulator's DDP hook reduces each bucket during the last
         # micro-batch's backward. ZeRO-1 with the fp32 accumulator is not DDP-wrapped (@ e24d248
         # trainer.py make_ddp): train_step all-reduces the fp32 gradient buffers after the whole

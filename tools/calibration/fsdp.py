@@ -95,6 +95,9 @@ def _run(rec: dict[str, Any]) -> CalibrationRun:
         # Composer's mixed_precision PURE reduces gradients in bf16 (composer @ 1b7ba47
         # composer/distributed/mosaic_parallelism.py get_mixed_precision)
         grad_reduce_in_bf16="mixed_precision PURE" in notes,
+        # nanotron's sweep runs tp_mode REDUCE_SCATTER with tp_linear_async_communication
+        # (huggingface/nanotron @ 2411b02 scripts/scaling_benchmarks.py create_config)
+        tp_comm_overlap=True if src == "nanotron" else None,
     )
     config = ParallelConfig(
         tp=tp,
@@ -144,6 +147,11 @@ def _run(rec: dict[str, Any]) -> CalibrationRun:
         # rank 0) writes its own torch.cuda.max_memory_* to the benchmark CSV
         memory_stage="first",
         assumptions=used,
+        # the A100-40GB table predates torch 2.1's early-stopping checkpoint: its sweep ran
+        # mosaicml/pytorch:1.13.1 (llm-foundry @ 33aeb79 scripts/train/benchmarking/sweep.sh
+        # IMAGE), and b2a43a1 kept the table, adding a column; the A100-80GB and H100 tables
+        # were rerun at b2a43a1 on mosaicml/pytorch:2.1.0 (sweep.sh IMAGE there)
+        recompute_stops_early=False if (llmf and _gpu(rec) == "a100-sxm-40gb") else None,
     )
 
 

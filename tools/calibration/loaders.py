@@ -290,6 +290,10 @@ def load_kempnerforge() -> list[CalibrationRun]:
                     framework=Framework(c["framework"]),
                     tp_comm_overlap=False,
                     dp_comm_overlap=True,
+                    # mfu_bench.sh passes --train.compile_model=true to every run but 08
+                    # (KempnerForge @ 5666d0d benchmarks/mfu_scaling/mfu_bench.sh; the report:
+                    # "except experiment 08 which used compile=false"); the record's note
+                    compiled="compile off" not in (r.get("note") or ""),
                 ),
                 config=ParallelConfig(
                     tp=r["tp"],

@@ -122,6 +122,14 @@ class CalibrationRun(_Strict):
             "per token, not kv·d (the memory recipe's kv_repeated)."
         ),
     )
+    recompute_stops_early: bool | None = Field(
+        default=None,
+        description=(
+            "Whether the run's PyTorch stops full recomputation at the block's last saved "
+            "tensor (non-reentrant checkpoint, torch 2.1 on: the profile recipe's "
+            "recompute_stops_early); None: the profile's."
+        ),
+    )
     even_layers: bool = Field(
         default=False,
         description=(

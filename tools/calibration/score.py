@@ -144,11 +144,16 @@ def evaluate_run(
 
 def speed_model(run: CalibrationRun, constants: Constants | None = None) -> CostModel:
     """The cost model that times a run: its request's, with what its framework version did
-    that the profile does not say (K,V repeated before attention: what cp exchanges)."""
+    that the profile does not say (K,V repeated before attention: what cp exchanges; whether
+    its PyTorch stops recomputation early)."""
     A, H = resolve_model(run.model), resolve_cluster(run.cluster)
-    if not run.kv_repeated:
+    if not run.kv_repeated and run.recompute_stops_early is None:
         return CostModel(A, H, run.training, run.search, constants)
-    rec = replace(recipe_of(run.training), kv_repeated=True)
+    rec = recipe_of(run.training)
+    if run.kv_repeated:
+        rec = replace(rec, kv_repeated=True)
+    if run.recompute_stops_early is not None:
+        rec = replace(rec, recompute_stops_early=run.recompute_stops_early)
     return CostModel(A, H, run.training, run.search, constants, recipe=rec)
 
 

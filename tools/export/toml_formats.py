@@ -149,6 +149,8 @@ def kempnerforge(
             "seq_len": t.seq_len,
             "activation_checkpointing": ac[c.recompute],
             "mixed_precision": "fp8" if t.precision is Precision.FP8 else "bf16",
+            # as the plan was timed (KempnerForge @ 5666d0d config/training.py: default true)
+            "compile_model": prof.recipe_for(t).compiled,
         },
     }
     header = [summary(c, t, seqs, prof), "KempnerForge job config (TOML)"]
