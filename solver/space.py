@@ -8,10 +8,10 @@ expert group and ZeRO stage) are given by `Space.compatible`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import field
 from functools import cached_property
-from math import gcd
 from typing import TypeVar
 
 import numpy as np
@@ -21,7 +21,6 @@ from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel import CostModel, Layout, Point
 from meshplan.solver.costmodel.model import STAGES
 from meshplan.solver.costmodel.point import Rows
-from meshplan.solver.costmodel.terms import Points
 from meshplan.solver.hardware import Hardware
 from meshplan.solver.profiles import Profile, profile_of
 from meshplan.solver.record import record
@@ -38,10 +37,10 @@ from meshplan.solver.schema import Precision, Recompute, SearchSpec, TrainingSpe
 from meshplan.solver.space_batch import (
     Batch,
     batch_of,
+    batch_shapes,
     divisors,
     divisors_kept,
     fewer_gpu_counts,
-    microbatch_counts,
 )
 from meshplan.solver.space_least import least_points, memory_starts
 
@@ -143,7 +142,7 @@ class Space:
     # -- per-axis domains ------------------------------------------------------------------
     def tp_values(self) -> list[int]:
         A, q, prof = self.A, self.search, self.profile
-        g = gcd(A.a, A.kv)
+        g = math.gcd(A.a, A.kv)
         vals = [t for t in divisors(g) if (t <= self.H.gpn or t == q.tp) and tp_divides_model(A, t)]
         vals = [t for t in vals if self.training.seq_len % (2 * t) == 0]
         if not prof.tensor_parallel or (
@@ -239,18 +238,30 @@ class Space:
         least_db: dict[int, tuple[int, int]] = {}
         for d in sorted({r[3] for r in rows}):
             for b in bs:
-                for m in microbatch_counts(fixed, cap, d * b, pin):
-                    db_all.append((d, b, m))
-                    least_db.setdefault(d, (b, m))
+                shapes = batch_shapes(fixed, cap, d, b, pin)
+                if shapes:
+                    db_all += shapes
+                    if d not in least_db:
+                        least_db[d] = shapes[0][1:]
         rows.sort()  # Layout's order: (tp, pp, cp, dp, gpus, sp)
         kept = [r for r in rows if r[3] in least_db]
         lays = tuple(Layout(*r) for r in kept)
-        te_of: dict[tuple[int, int], tuple] = {}  # rows with one tp and dp·cp share their groups
+        # A row's expert groups are those of its tp whose size ep·etp divides tp·cp·dp
+        # (rules.folds): which sizes divide it is a function of its gcd with their lcm, so rows
+        # with one tp and that gcd share their groups (one tuple, computed once).
+        lcm = {t: math.lcm(*ks) if ks else 1 for t, ks in sizes.items()}
+        te_of: dict[tuple[int, int], tuple] = {}  # by (tp, dp·cp)
+        by_gcd: dict[tuple[int, int], tuple] = {}  # by (tp, gcd(tp·cp·dp, lcm of its sizes))
         for t, _, c, d, _, _ in kept:
-            k = (t, d * c)
-            if k not in te_of:
-                te_of[k] = tuple(x for x in groups.get(t, []) if folds(t, c, d, x[1], x[2]))
-        te_all = tuple(sorted({x for v in te_of.values() for x in v}))
+            dc = d * c
+            if (t, dc) not in te_of:
+                k = (t, math.gcd(t * dc, lcm[t]))
+                got = by_gcd.get(k)
+                if got is None:
+                    tcd = t * dc
+                    got = by_gcd[k] = tuple(x for x in groups[t] if tcd % (x[1] * x[2]) == 0)
+                te_of[t, dc] = got
+        te_all = tuple(sorted({x for v in by_gcd.values() for x in v}))
         return Grid(lays, tuple(db_all), te_of, te_all, least_db)
 
     def _generate(self, n: int, prune: bool = True) -> None:
@@ -371,13 +382,22 @@ class Space:
         layouts (default: every layout of the space) at once; over rows kept in the cache (the
         planner's, when these are its layouts) unless `kept` is False (a one-off set)."""
         lays = list(self.all_layouts if layouts is None else layouts)
-        pts, pos = self._least_points(lays)
-        if not pts:
-            return []
+        at, need = self.least_needs(lays, kept)
+        pts = (self.least_memory_point(lays[i]) for i in at)
+        return list(zip(pts, need, strict=True))  # type: ignore[arg-type]
+
+    def least_needs(self, lays: Sequence[Layout], kept: bool = True) -> tuple[list[int], list]:
+        """`least_memory_needs` as arrays: the positions in `lays` of the layouts that have a
+        least-memory point, and each one's need (Python integers), from the rows' arrays
+        (`space_least.least_points`: no Point per layout)."""
         rows = cache.rows(self.cm, lays) if kept else Rows.of(lays)
-        at = Points.of(pts, pos)
-        need = np.max(np.array([self.cm.stage_units(rows, at, st) for st in STAGES]), axis=0)
-        return list(zip(pts, (int(x) for x in need.tolist()), strict=True))
+        points = least_points(self, rows, range(len(lays)))
+        if points is None:
+            return [], []
+        need = self.cm.stage_units(rows, points, STAGES[0])
+        for st in STAGES[1:]:
+            need = np.maximum(need, self.cm.stage_units(rows, points, st))
+        return points.row.tolist(), need.tolist()
 
     def least_memory_fits(self, layouts: Sequence[Layout], first: int = 0) -> bool:
         """Whether some layout's least-memory point fits (some need of `least_memory_needs(
@@ -434,19 +454,6 @@ class Space:
                 return False
             points = points.take(ok)
         return True
-
-    def _least_points(
-        self, lays: Sequence[Layout], at: Iterable[int] | None = None
-    ) -> tuple[list[Point], list[int]]:
-        """The least-memory points of lays[i], i in `at` (default: all), and each one's i
-        (layouts with none are left out)."""
-        pts, pos = [], []
-        for i in range(len(lays)) if at is None else at:
-            p = self.least_memory_point(lays[i])
-            if p is not None:
-                pts.append(p)
-                pos.append(i)
-        return pts, pos
 
     def _prune(self, rows: list[Layout]) -> list[Layout]:
         """The layouts whose least-memory point fits, in their order."""
