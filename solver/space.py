@@ -458,7 +458,8 @@ class Space:
     def _prune(self, rows: list[Layout]) -> list[Layout]:
         """The layouts whose least-memory point fits, in their order."""
         budget = self.cm.budget
-        return [p.lay for p, need in self.least_memory_needs(rows) if need <= budget]
+        at, need = self.least_needs(rows)
+        return [rows[i] for i, n in zip(at, need, strict=True) if n <= budget]
 
     def points(self):  # noqa: ANN201  (generator of Point; the product, for small spaces only)
         for lay in self.layouts:
