@@ -383,8 +383,8 @@ class Space:
         planner's, when these are its layouts) unless `kept` is False (a one-off set)."""
         lays = list(self.all_layouts if layouts is None else layouts)
         at, need = self.least_needs(lays, kept)
-        pts = (self.least_memory_point(lays[i]) for i in at)
-        return list(zip(pts, need, strict=True))  # type: ignore[arg-type]
+        pts = [self.least_memory_point(lays[i]) for i in at]  # each has one (least_needs)
+        return [(p, n) for p, n in zip(pts, need, strict=True) if p is not None]
 
     def least_needs(self, lays: Sequence[Layout], kept: bool = True) -> tuple[list[int], list]:
         """`least_memory_needs` as arrays: the positions in `lays` of the layouts that have a
