@@ -8,11 +8,11 @@ finish in time it says it did not finish.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from annotated_types import Le
 
-from meshplan.solver.costmodel import CostModel, Layout, Point
+from meshplan.solver.costmodel import CostModel, Point
 from meshplan.solver.costmodel.model import MEMORY_UNIT
 from meshplan.solver.cpsat.tables import Stopped
 from meshplan.solver.hardware import GIB
@@ -40,27 +40,20 @@ def max_gpus() -> int:
     return int(min(caps))
 
 
+def _needs(sp: Space, check: Check) -> Iterator[tuple[Point, int]]:
+    """Each layout's least-memory point and the memory it needs (model units), computed for
+    _CHECK_EVERY layouts at a time, checking the stop event between them."""
+    lays = sp.layouts
+    for i in range(0, len(lays), _CHECK_EVERY):
+        check()
+        yield from sp.least_memory_needs(lays[i : i + _CHECK_EVERY])
+
+
 def frugal(sp: Space, check: Check = _never) -> tuple[Point, int] | None:
     """The least-memory point of the space (memory falls monotonically along each axis chosen:
     the highest ZeRO stage, full recomputation, the smallest micro-batch and count, the most
-    experts per rank, one model chunk); None when the space has no layout at all. The needs are
-    computed _CHECK_EVERY layouts at a time (checking the stop event between them) from the
-    rows' arrays; the first layout of least need wins, and only its Point is made."""
-    lays = sp.layouts
-    best: tuple[Layout, int] | None = None
-    for i in range(0, len(lays), _CHECK_EVERY):
-        check()
-        part = lays[i : i + _CHECK_EVERY]
-        at, need = sp.least_needs(part)
-        if need:
-            j = min(range(len(need)), key=need.__getitem__)
-            if best is None or need[j] < best[1]:
-                best = part[at[j]], need[j]
-    if best is None:
-        return None
-    p = sp.least_memory_point(best[0])
-    assert p is not None  # least_needs keeps only the layouts that have one
-    return p, best[1]
+    experts per rank, one model chunk); None when the space has no layout at all."""
+    return min(_needs(sp, check), key=lambda pn: pn[1], default=None)
 
 
 def feasible_at(sp: Space, check: Check = _never) -> bool:

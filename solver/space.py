@@ -21,6 +21,7 @@ from meshplan.solver.arch import Arch
 from meshplan.solver.costmodel import CostModel, Layout, Point
 from meshplan.solver.costmodel.model import STAGES
 from meshplan.solver.costmodel.point import Rows
+from meshplan.solver.costmodel.terms import Points
 from meshplan.solver.hardware import Hardware
 from meshplan.solver.profiles import Profile, profile_of
 from meshplan.solver.record import record
@@ -382,22 +383,13 @@ class Space:
         layouts (default: every layout of the space) at once; over rows kept in the cache (the
         planner's, when these are its layouts) unless `kept` is False (a one-off set)."""
         lays = list(self.all_layouts if layouts is None else layouts)
-        at, need = self.least_needs(lays, kept)
-        pts = [self.least_memory_point(lays[i]) for i in at]  # each has one (least_needs)
-        return [(p, n) for p, n in zip(pts, need, strict=True) if p is not None]
-
-    def least_needs(self, lays: Sequence[Layout], kept: bool = True) -> tuple[list[int], list]:
-        """`least_memory_needs` as arrays: the positions in `lays` of the layouts that have a
-        least-memory point, and each one's need (Python integers), from the rows' arrays
-        (`space_least.least_points`: no Point per layout)."""
+        pts, pos = self._least_points(lays)
+        if not pts:
+            return []
         rows = cache.rows(self.cm, lays) if kept else Rows.of(lays)
-        points = least_points(self, rows, range(len(lays)))
-        if points is None:
-            return [], []
-        need = self.cm.stage_units(rows, points, STAGES[0])
-        for st in STAGES[1:]:
-            need = np.maximum(need, self.cm.stage_units(rows, points, st))
-        return points.row.tolist(), need.tolist()
+        at = Points.of(pts, pos)
+        need = np.max(np.array([self.cm.stage_units(rows, at, st) for st in STAGES]), axis=0)
+        return list(zip(pts, (int(x) for x in need.tolist()), strict=True))
 
     def least_memory_fits(self, layouts: Sequence[Layout], first: int = 0) -> bool:
         """Whether some layout's least-memory point fits (some need of `least_memory_needs(
@@ -455,11 +447,23 @@ class Space:
             points = points.take(ok)
         return True
 
+    def _least_points(
+        self, lays: Sequence[Layout], at: Iterable[int] | None = None
+    ) -> tuple[list[Point], list[int]]:
+        """The least-memory points of lays[i], i in `at` (default: all), and each one's i
+        (layouts with none are left out)."""
+        pts, pos = [], []
+        for i in range(len(lays)) if at is None else at:
+            p = self.least_memory_point(lays[i])
+            if p is not None:
+                pts.append(p)
+                pos.append(i)
+        return pts, pos
+
     def _prune(self, rows: list[Layout]) -> list[Layout]:
         """The layouts whose least-memory point fits, in their order."""
         budget = self.cm.budget
-        at, need = self.least_needs(rows)
-        return [rows[i] for i, n in zip(at, need, strict=True) if n <= budget]
+        return [p.lay for p, need in self.least_memory_needs(rows) if need <= budget]
 
     def points(self):  # noqa: ANN201  (generator of Point; the product, for small spaces only)
         for lay in self.layouts:
