@@ -4,12 +4,14 @@
 16,384 x 5 sequence lengths from 2K to 32K, shuffled with a fixed seed, none twice) planned one
 after another in one process, as a solver process plans them: the caches start empty (after one
 plan of another request that pays the lazy imports) and keep what they keep across requests,
-the start-up heap is frozen, and the heap is settled after each answer (server/memory.py). Each
-plan's wall time, its status and whether CP-SAT proved it (OPTIMAL, or proven INFEASIBLE);
-the percentiles over all of them, apart for dense and MoE models, and the slowest shapes. Each
-plan's CPU time (this process's, around the call) too: on a machine shared with other work the
-wall time counts the time slices others took, the CPU time only what the plan cost, so runs
-under different loads compare by it (the targets are wall times, as a caller waits them).
+the start-up heap is frozen, a young collection runs only past the solver process's threshold
+of new objects (server/worker.py), and the heap is settled after each answer
+(server/memory.py). Each plan's wall time, its status and whether CP-SAT proved it (OPTIMAL, or
+proven INFEASIBLE); the percentiles over all of them, apart for dense and MoE models, and the
+slowest shapes. Each plan's CPU time (this process's, around the call) too: on a machine shared
+with other work the wall time counts the time slices others took, the CPU time only what the
+plan cost, so runs under different loads compare by it (the targets are wall times, as a caller
+waits them).
 
 `python -m benchmarks latency --distinct [N]` prints it; `python -m benchmarks scaling` names
 the slowest shapes.
@@ -17,6 +19,7 @@ the slowest shapes.
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from dataclasses import dataclass, field
@@ -71,6 +74,7 @@ def run(
     docstring."""
     from benchmarks.suite import distinct_requests, latency_suite
     from meshplan.server.memory import freeze_startup_heap, keep_freed_heap, settle_heap
+    from meshplan.server.worker import YOUNG_PASS_OBJECTS
     from meshplan.solver import cache, plan
     from meshplan.solver.catalog import get_model
     from meshplan.solver.results import PlanStatus
@@ -80,6 +84,8 @@ def run(
     cache.clear()
     freeze_startup_heap()
     keep_freed_heap()
+    young = gc.get_threshold()
+    gc.set_threshold(YOUNG_PASS_OBJECTS, *young[1:])  # as server/worker.py sets it
     shapes: list[Shape] = []
     t_all = time.perf_counter()
     for req in reqs:
@@ -110,6 +116,7 @@ def run(
         if progress:
             print(f"{sh.name()}: {sh.status} {fmt_s(seconds)}", file=sys.stderr, flush=True)
     wall = time.perf_counter() - t_all
+    gc.set_threshold(*young)
     dense = [s.seconds for s in shapes if not s.moe]
     moe = [s.seconds for s in shapes if s.moe]
     return Report(

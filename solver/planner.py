@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from meshplan.solver.results import (
     SolverInfo,
 )
 from meshplan.solver.rules import check_model
-from meshplan.solver.schema import ClusterSpec, EvaluateRequest, PlanRequest, SearchSpec
+from meshplan.solver.schema import EvaluateRequest, PlanRequest, SearchSpec
 from meshplan.solver.space import Batch, Space, violations
 from meshplan.solver.walls import wall, warnings
 
@@ -101,13 +102,15 @@ def _plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRe
     sp = cache.space(cm, key, lambda: Space.build(A, H, req.training, req.search, cm, prune=False))
     o = req.options
 
+    one_count = req.search.model_copy(update={"allow_fewer_gpus": False})
+
     def rebuild(n: int) -> Space:
-        c = req.cluster.model_copy(update={"num_gpus": n})
+        # resolve_cluster of the request's cluster on n GPUs (n is within the schema's cap)
         return Space.build(
             A,
-            resolve_cluster(ClusterSpec(**c.model_dump())),
+            replace(H, num_gpus=n),
             req.training,
-            req.search.model_copy(update={"allow_fewer_gpus": False}),
+            one_count,
             cm,
             prune=False,  # the explanation reads each layout's least-memory point itself
         )
@@ -142,8 +145,12 @@ def _plan(req: PlanRequest, stop_event: threading.Event | None = None) -> PlanRe
     known = cache.fits_by_count(cm, req.training, req.search, key)  # counts known to fit, or not
     if not (sp.layouts and sp.pv and sp.db and sp.te) or known_infeasible(sp, known):
         return infeasible("INFEASIBLE", 0.0)
-    if not known_feasible(sp, known) and not sp.some_layout_fits():
-        return infeasible("INFEASIBLE", 0.0)  # every row's bound is infinite: nothing to search
+    if not known_feasible(sp, known):
+        fits = sp.some_layout_fits()
+        if not sp.search.allow_fewer_gpus:  # what explain.feasible_at answers of this count
+            known[sp.H.num_gpus] = fits  # (the same least-memory points): kept for the job
+        if not fits:
+            return infeasible("INFEASIBLE", 0.0)  # every row's bound is infinite: no search
     tables = Tables(sp, check)
     try:
         bounds = tables.coarse()

@@ -8,10 +8,10 @@ expert group and ZeRO stage) are given by `Space.compatible`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import field
 from functools import cached_property
-from math import gcd
 from typing import TypeVar
 
 import numpy as np
@@ -38,10 +38,10 @@ from meshplan.solver.schema import Precision, Recompute, SearchSpec, TrainingSpe
 from meshplan.solver.space_batch import (
     Batch,
     batch_of,
+    batch_shapes,
     divisors,
     divisors_kept,
     fewer_gpu_counts,
-    microbatch_counts,
 )
 from meshplan.solver.space_least import least_points, memory_starts
 
@@ -143,7 +143,7 @@ class Space:
     # -- per-axis domains ------------------------------------------------------------------
     def tp_values(self) -> list[int]:
         A, q, prof = self.A, self.search, self.profile
-        g = gcd(A.a, A.kv)
+        g = math.gcd(A.a, A.kv)
         vals = [t for t in divisors(g) if (t <= self.H.gpn or t == q.tp) and tp_divides_model(A, t)]
         vals = [t for t in vals if self.training.seq_len % (2 * t) == 0]
         if not prof.tensor_parallel or (
@@ -239,18 +239,30 @@ class Space:
         least_db: dict[int, tuple[int, int]] = {}
         for d in sorted({r[3] for r in rows}):
             for b in bs:
-                for m in microbatch_counts(fixed, cap, d * b, pin):
-                    db_all.append((d, b, m))
-                    least_db.setdefault(d, (b, m))
+                shapes = batch_shapes(fixed, cap, d, b, pin)
+                if shapes:
+                    db_all += shapes
+                    if d not in least_db:
+                        least_db[d] = shapes[0][1:]
         rows.sort()  # Layout's order: (tp, pp, cp, dp, gpus, sp)
         kept = [r for r in rows if r[3] in least_db]
         lays = tuple(Layout(*r) for r in kept)
-        te_of: dict[tuple[int, int], tuple] = {}  # rows with one tp and dp·cp share their groups
+        # A row's expert groups are those of its tp whose size ep·etp divides tp·cp·dp
+        # (rules.folds): which sizes divide it is a function of its gcd with their lcm, so rows
+        # with one tp and that gcd share their groups (one tuple, computed once).
+        lcm = {t: math.lcm(*ks) if ks else 1 for t, ks in sizes.items()}
+        te_of: dict[tuple[int, int], tuple] = {}  # by (tp, dp·cp)
+        by_gcd: dict[tuple[int, int], tuple] = {}  # by (tp, gcd(tp·cp·dp, lcm of its sizes))
         for t, _, c, d, _, _ in kept:
-            k = (t, d * c)
-            if k not in te_of:
-                te_of[k] = tuple(x for x in groups.get(t, []) if folds(t, c, d, x[1], x[2]))
-        te_all = tuple(sorted({x for v in te_of.values() for x in v}))
+            dc = d * c
+            if (t, dc) not in te_of:
+                k = (t, math.gcd(t * dc, lcm[t]))
+                got = by_gcd.get(k)
+                if got is None:
+                    tcd = t * dc
+                    got = by_gcd[k] = tuple(x for x in groups[t] if tcd % (x[1] * x[2]) == 0)
+                te_of[t, dc] = got
+        te_all = tuple(sorted({x for v in by_gcd.values() for x in v}))
         return Grid(lays, tuple(db_all), te_of, te_all, least_db)
 
     def _generate(self, n: int, prune: bool = True) -> None:

@@ -13,6 +13,7 @@ from meshplan.solver.schema import TrainingSpec
 __all__ = [
     "Batch",
     "batch_of",
+    "batch_shapes",
     "divisors",
     "divisors_kept",
     "fewer_gpu_counts",
@@ -76,6 +77,15 @@ def microbatch_counts(fixed_seqs: int, cap_seqs: int, seqs: int, pin: int) -> tu
         out.add(m)
         m *= 2
     return tuple(sorted(out))
+
+
+@lru_cache(maxsize=4096)
+def batch_shapes(
+    fixed_seqs: int, cap_seqs: int, dp: int, b: int, pin: int
+) -> tuple[tuple[int, int, int], ...]:
+    """(dp, b, M) for each micro-batch count M of `microbatch_counts` (dp·b sequences a step),
+    kept: the grids of one batch at other GPU counts and pins ask for the same shapes."""
+    return tuple((dp, b, m) for m in microbatch_counts(fixed_seqs, cap_seqs, dp * b, pin))
 
 
 def batch_of(training: TrainingSpec, active_params: int) -> Batch:

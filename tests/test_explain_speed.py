@@ -229,3 +229,35 @@ def test_the_smallest_cluster_fits_though_a_count_between_does_not() -> None:
 
     assert status(32) is PlanStatus.OPTIMAL
     assert status(40) is PlanStatus.INFEASIBLE  # where bisection between 24 and 48 looks first
+
+
+def test_a_planned_count_is_known_to_the_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan's own test of its count (some layout's least-memory point fits, or none does) is
+    the answer the explanation's search wants there: kept for the job, that count is not tested
+    again, and the explanation is the straightforward one. A space over fewer counts as well
+    (allow_fewer_gpus) says nothing of one count and leaves nothing."""
+    spec = _req("llama3-405b", 8)
+    want = _straightforward(spec, monkeypatch)
+    assert want is not None and want.min_gpus > 64
+    fits = plan(PlanRequest.model_validate(_req("llama3-405b", want.min_gpus)))
+    below = plan(PlanRequest.model_validate(_req("llama3-405b", 64)))
+    assert fits.status is PlanStatus.OPTIMAL and below.status is PlanStatus.INFEASIBLE
+    req = PlanRequest.model_validate(spec)
+    A, H, cm = _resolve(req)
+    known = cache.fits_by_count(cm, req.training, req.search)
+    assert known[want.min_gpus] is True and known[64] is False
+    calls: list[int] = []
+    real = explain_module.feasible_at
+    monkeypatch.setattr(
+        explain_module,
+        "feasible_at",
+        lambda sp, check: calls.append(sp.H.num_gpus) or real(sp, check),
+    )
+    assert plan(req).explanation == want
+    assert calls and want.min_gpus not in calls and 64 not in calls
+    cache.clear()
+    fewer = PlanRequest.model_validate(_req("llama3-405b", 256, search={"allow_fewer_gpus": True}))
+    assert plan(fewer).status is PlanStatus.OPTIMAL
+    A, H, cm = _resolve(fewer)
+    assert cache.fits_by_count(cm, fewer.training, fewer.search) == {}
+    cache.clear()
