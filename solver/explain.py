@@ -51,8 +51,9 @@ def _needs(sp: Space, check: Check) -> Iterator[tuple[Point, int]]:
 
 def frugal(sp: Space, check: Check = _never) -> tuple[Point, int] | None:
     """The least-memory point of the space (memory falls monotonically along each axis chosen:
-    the highest ZeRO stage, full recomputation, the smallest micro-batch and count, the most
-    experts per rank, one model chunk); None when the space has no layout at all."""
+    full recomputation, the smallest micro-batch and count, the most experts per rank, one model
+    chunk; of the ZeRO stages, the one of `least_zero_stages` that needs least); None when the
+    space has no layout at all."""
     return min(_needs(sp, check), key=lambda pn: pn[1], default=None)
 
 

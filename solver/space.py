@@ -43,7 +43,7 @@ from meshplan.solver.space_batch import (
     divisors_kept,
     fewer_gpu_counts,
 )
-from meshplan.solver.space_least import least_points, memory_starts
+from meshplan.solver.space_least import least_points, least_zero_stages, memory_starts
 
 __all__ = ["Batch", "Grid", "Space", "batch_of", "divisors", "fewer_gpu_counts", "violations"]
 T = TypeVar("T")
@@ -330,18 +330,27 @@ class Space:
     def micro_batch_sizes(self) -> list[int]:
         return sorted({b for _, b, _ in self.db})
 
-    def least_memory_point(self, row: Layout) -> Point | None:
-        """The row's point of least memory: memory falls with a higher ZeRO stage (of those the
-        framework runs on the row), fuller recomputation, a smaller micro-batch and count, a
-        larger expert group and the fewest chunks per stage the search allows (one, unless
-        virtual_stages is pinned on a pipelined row), so this point bounds the row's others."""
+    def least_memory_points(self, row: Layout) -> list[Point]:
+        """The row's candidates for its point of least memory, one a ZeRO stage of
+        `least_zero_stages`: memory falls with fuller recomputation, a smaller micro-batch and
+        count, a larger expert group and the fewest chunks per stage the search allows (one,
+        unless virtual_stages is pinned on a pipelined row), so the least of these points bounds
+        the row's others. Empty when the row has no point."""
         v = self.search.virtual_stages if row.pp > 1 and self.search.virtual_stages else 1
         bm = self._least_db.get(row.dp) if v == 1 else self._least_db_interleaved(row.dp, row.pp)
         te = self._least_te(row.tp, row.cp, row.dp)
-        zs = self.zero_values(row)
-        if bm is None or te is None or not zs:
-            return None
-        return Point(row, v, bm[0], bm[1], te[0], te[1], self._least_r, max(zs))
+        if bm is None or te is None:
+            return []
+        zs = least_zero_stages(self.zero_values(row))
+        return [Point(row, v, bm[0], bm[1], te[0], te[1], self._least_r, z) for z in zs]
+
+    def least_memory_point(self, row: Layout) -> Point | None:
+        """The row's point of least memory (of `least_memory_points`, the one that needs least;
+        the higher ZeRO stage on a tie); None when the row has no point."""
+        pts = self.least_memory_points(row)
+        if len(pts) < 2:
+            return pts[0] if pts else None
+        return self.least_memory_needs([row], kept=False)[0][0]
 
     def _least_db_interleaved(self, dp: int, pp: int) -> tuple[int, int] | None:
         """The smallest (b, M) of `db_all` with this dp whose count the interleaved schedule of
@@ -389,7 +398,16 @@ class Space:
         rows = cache.rows(self.cm, lays) if kept else Rows.of(lays)
         at = Points.of(pts, pos)
         need = np.max(np.array([self.cm.stage_units(rows, at, st) for st in STAGES]), axis=0)
-        return list(zip(pts, (int(x) for x in need.tolist()), strict=True))
+        out: list[tuple[Point, int]] = []
+        pos_of: list[int] = []  # a layout's candidates are adjacent, in pos order
+        for p, i, n in zip(pts, pos, need.tolist(), strict=True):
+            if out and pos_of[-1] == i:
+                if n < out[-1][1]:  # a tie keeps the first candidate (the higher ZeRO stage)
+                    out[-1] = (p, int(n))
+                continue
+            out.append((p, int(n)))
+            pos_of.append(i)
+        return out
 
     def least_memory_fits(self, layouts: Sequence[Layout], first: int = 0) -> bool:
         """Whether some layout's least-memory point fits (some need of `least_memory_needs(
@@ -425,7 +443,7 @@ class Space:
         """Whether the least-memory point of some lays[i], i in `order`, fits (`rows`: the rows
         of `lays`): the first `first` one by one (a point costs fewer array operations than a
         batch), then the rest at once."""
-        pts = [(i, p) for i in order[:first] if (p := self.least_memory_point(lays[i]))]
+        pts = [(i, p) for i in order[:first] for p in self.least_memory_points(lays[i])]
         if pts:
             memory_starts(self.cm, rows, {(p.r, p.z) for _, p in pts})
         for i, p in pts:
@@ -450,12 +468,11 @@ class Space:
     def _least_points(
         self, lays: Sequence[Layout], at: Iterable[int] | None = None
     ) -> tuple[list[Point], list[int]]:
-        """The least-memory points of lays[i], i in `at` (default: all), and each one's i
-        (layouts with none are left out)."""
+        """The least-memory candidates (`least_memory_points`) of lays[i], i in `at` (default:
+        all), and each one's i (layouts with none are left out)."""
         pts, pos = [], []
         for i in range(len(lays)) if at is None else at:
-            p = self.least_memory_point(lays[i])
-            if p is not None:
+            for p in self.least_memory_points(lays[i]):
                 pts.append(p)
                 pos.append(i)
         return pts, pos

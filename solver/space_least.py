@@ -38,6 +38,16 @@ class Space(Protocol):
     def _zero_values(self, pipelined: bool, sharded: bool) -> list[int]: ...
 
 
+def least_zero_stages(zs: Sequence[int]) -> list[int]:
+    """The ZeRO stages of `zs` (those a framework runs on a row) whose points can need least
+    memory, the higher first: from ZeRO-0 to ZeRO-2 each stage shards more of the state and no
+    memory term grows, so the highest below 3; and ZeRO-3, whose gathered layers' weights and
+    gradient (two layers and the root unit: costmodel/memory.py) can outweigh what sharding the
+    weights saves (few layers a stage, or a small shard group under hybrid sharding)."""
+    below = [z for z in zs if z < 3]
+    return ([3] if 3 in zs else []) + ([max(below)] if below else [])
+
+
 _BITS = 21  # row fields packed into one int64 key, three at most (each below 2^21)
 
 
@@ -56,8 +66,9 @@ def _distinct(*cols: np.ndarray) -> tuple[list[tuple[int, ...]], np.ndarray]:
 
 
 def least_points(sp: Space, rows: Rows, at: Sequence[int]) -> Points | None:
-    """The least-memory points (`Space.least_memory_point`) of the layouts at positions `at` of
-    `rows`, those that have one, as Points over `rows`; None when none has one."""
+    """The least-memory candidates (`Space.least_memory_points`) of the layouts at positions
+    `at` of `rows`, those that have one, as Points over `rows` (a layout's candidates adjacent,
+    in its order); None when none has one."""
     at = np.asarray(at, dtype=np.int64)
     if not len(at):
         return None
@@ -76,11 +87,18 @@ def least_points(sp: Space, rows: Rows, at: Sequence[int]) -> Points | None:
     reps = zip(tp[first].tolist(), cp[first].tolist(), dp[first].tolist(), strict=True)
     ep, etp, ok_te = _gather([sp._least_te(*k) for k in reps], inv)
     zkey = (pp > 1).astype(np.int64) * 2 + (dp * cp > 1)
-    zmax = [max(z, default=-1) for z in (sp._zero_values(k > 1, k % 2 == 1) for k in range(4))]
-    z = np.array(zmax, dtype=np.int64)[zkey]
-    keep = np.flatnonzero(ok & ok_te & (z >= 0))
+    # each layout's candidates (least_zero_stages), adjacent and in order: a row of Z per key
+    cands = [least_zero_stages(sp._zero_values(k > 1, k % 2 == 1)) for k in range(4)]
+    zs = np.full((4, max(1, *map(len, cands))), -1, dtype=np.int64)
+    for k, c in enumerate(cands):
+        zs[k, : len(c)] = c
+    zz = zs[zkey]
+    keep, j = np.nonzero((zz >= 0) & (ok & ok_te)[:, None])  # row-major: a layout's together
     if not len(keep):
         return None
+    z = zz[keep, j]
+    b, m, ep, etp = b[keep], m[keep], ep[keep], etp[keep]
+    tp, pp, cp, dp, v = tp[keep], pp[keep], cp[keep], dp[keep], v[keep]
     axes: dict[str, tuple[list, np.ndarray]] = {}
     for a, cols in (
         ("pv", (pp, v)),
@@ -88,7 +106,7 @@ def least_points(sp: Space, rows: Rows, at: Sequence[int]) -> Points | None:
         ("te", (tp, ep, etp)),
         ("z", (z,)),
     ):
-        dom, idx = _distinct(*(c[keep] for c in cols))
+        dom, idx = _distinct(*cols)
         axes[a] = ([d[0] for d in dom] if a == "z" else dom, idx)
     axes["r"] = ([sp._least_r], np.zeros(len(keep), dtype=np.int64))
     return Points(at[keep], {a: axes[a] for a in ("pv", "db", "te", "r", "z")})

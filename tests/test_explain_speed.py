@@ -48,23 +48,33 @@ INFEASIBLE = {
 }
 
 
-def _point_by_scans(sp: Space, row: Layout) -> Point | None:
-    """The least-memory point as first written: list scans over every value of the space."""
+def _points_by_scans(sp: Space, row: Layout) -> list[Point]:
+    """The least-memory point at every ZeRO stage the row runs, as first written: list scans
+    over every value of the space."""
     v = sp.search.virtual_stages if row.pp > 1 and sp.search.virtual_stages else 1
     dbs = [x for x in sp.db_all if x[0] == row.dp and sp.pipeline_fits_batch((row.pp, v), x)]
     tes = [x for x in sp.te_all if x[0] == row.tp and folds(row.tp, row.cp, row.dp, *x[1:])]
-    zs = sp.zero_values(row)
-    if not dbs or not tes or not zs:
-        return None
+    if not dbs or not tes:
+        return []
     _, b, m = min(dbs, key=lambda x: (x[1], x[2]))
     _, e, et = max(tes, key=lambda x: (x[1] * x[2], x[1]))
     order = [Recompute.FULL, Recompute.SELECTIVE, Recompute.NONE]
-    return Point(row, v, b, m, e, et, min(sp.rs, key=order.index), max(zs))
+    r = min(sp.rs, key=order.index)
+    return [Point(row, v, b, m, e, et, r, z) for z in sorted(sp.zero_values(row), reverse=True)]
+
+
+def _need(sp: Space, p: Point) -> int:
+    return max(sp.cm.stage_bytes(p, st) for st in STAGES)
+
+
+def _point_by_scans(sp: Space, row: Layout) -> Point | None:
+    """The point of least memory over every ZeRO stage (the higher on a tie)."""
+    return min(_points_by_scans(sp, row), key=lambda p: _need(sp, p), default=None)
 
 
 def _needs_one_by_one(sp: Space) -> list[tuple[Point, int]]:
     pts = [p for p in (_point_by_scans(sp, r) for r in sp.all_layouts) if p is not None]
-    return [(p, max(sp.cm.stage_bytes(p, st) for st in STAGES)) for p in pts]
+    return [(p, _need(sp, p)) for p in pts]
 
 
 def _frugal(sp: Space, check: object = None) -> tuple[Point, int] | None:
