@@ -196,15 +196,20 @@ class Compiled:
         fracs: Fractions | None = None,
     ) -> Compiled:
         """Group terms; `merge=False` keeps one group per term (exact per-term sums)."""
-        groups: list[Group] = []
+        if not merge:
+            groups = [Group(t.sel, t.key, t.factors(), [t]) for t in terms]
+            return Compiled(scale, up, groups, fracs or Fractions())
+        # by (sel, key, factors), in order of first use; keys and factors compare by identity
+        by: dict[tuple, Group] = {}
         for t in terms:
-            for g in groups if merge else ():
-                if g.sel == t.sel and g.key is t.key and g.factors == t.factors():
-                    g.terms.append(t)
-                    break
+            fs = t.factors()
+            k = (t.sel, id(t.key), fs)
+            g = by.get(k)
+            if g is None:
+                by[k] = Group(t.sel, t.key, fs, [t])
             else:
-                groups.append(Group(t.sel, t.key, t.factors(), [t]))
-        return Compiled(scale, up, groups, fracs or Fractions())
+                g.terms.append(t)
+        return Compiled(scale, up, list(by.values()), fracs or Fractions())
 
     def _keyval(self, g: Group, p: Point) -> object:
         return g.key(p.axis(g.sel)) if g.sel else None
