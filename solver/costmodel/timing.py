@@ -79,11 +79,15 @@ def _moe_terms(c: Ctx, R: Rates, x: _Axes) -> list[Term]:
     # the overlap holds on some layouts only (Megatron's rules, or DualPipeV's pp > 1)
     restricted = (R.ov.ep and R.ov.ep_needs_chunks) or R.ov.dualpipe
 
+    @functools.cache  # a function of tp alone: once per tp, not per expert group
+    def layer(tp: int) -> tuple[float, float]:
+        lay = _tp_only(tp)  # one row: Python floats; the other micro-batch's layer hides
+        experts = R.expert_gemm(lay)
+        return R.compute(lay) + R.traffic(lay) - experts, experts  # the rest, the experts
+
     @functools.cache  # read again by `half` below: computed once per te
     def exposed(te: tuple[int, ...]) -> Fraction:
-        lay = _tp_only(te[0])  # one row: Python floats; the other micro-batch's layer hides
-        experts = R.expert_gemm(lay)
-        attn = R.compute(lay) + R.traffic(lay) - experts  # the rest of the layer
+        attn, experts = layer(te[0])
         return _ratio(R.ep_exposed(te, attn, experts, True if restricted else None) / unit)
 
     permute = functools.cache(lambda te: _ratio(R.permute(te) / unit))  # as `exposed`
