@@ -72,7 +72,8 @@ RECIPE_FLAGS = {
     "compiled": (
         ("true", "false"),
         "the transformer blocks run under torch.compile: the backward keeps only what it reads "
-        "(TORCHTITAN, LLM_FOUNDRY, KEMPNERFORGE)",
+        "(TORCHTITAN, LLM_FOUNDRY, KEMPNERFORGE; unset: KEMPNERFORGE compiled, as its "
+        "train.compile_model default, the others eager)",
     ),
     "fp8_all_gather": (
         ("true", "false"),
