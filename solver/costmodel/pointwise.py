@@ -32,9 +32,9 @@ ELEM_ACT = 3
 # .transpose(1, 2).contiguous(), mlp.py SwiGLU) but for RoPE, real-valued in bf16
 # (position.py apply_rope: four half-width products, a sub and an add, a cat: 18 bytes an
 # element); it compiles the whole model unless train.compile_model=false (config/training.py).
-EAGER_FRAMEWORKS = frozenset({Framework.TORCHTITAN, Framework.KEMPNERFORGE})
-EAGER_H = 3 * (2 * 36 + 2 * 6)  # norms and residual adds, per h
 EAGER_QK = {Framework.TORCHTITAN: 3 * 20, Framework.KEMPNERFORGE: 3 * 18}  # RoPE, per element
+EAGER_FRAMEWORKS = frozenset(EAGER_QK)  # the frameworks whose eager blocks these bytes time
+EAGER_H = 3 * (2 * 36 + 2 * 6)  # norms and residual adds, per h
 EAGER_OUT = 3 * 4  # SDPA output made contiguous, per element of q
 EAGER_REPEAT = 3 * 4  # repeat_kv's copies, per element of q and of k
 EAGER_F = 3 * 10  # SwiGLU, per element of the dense MLP's width f
