@@ -100,6 +100,8 @@ class Rates:
         self.eager = c.framework in EAGER_FRAMEWORKS and not c.recipe.compiled
         self.moe = A.n_moe_layers / A.L
         self.dense = A.n_dense_layers / A.L
+        # per layer, the blocks with tp collectives: attention, the dense or shared MLPs
+        self.tp_blocks = 1.0 + self.dense + (self.moe if A.shared else 0.0)
         g = 3 if A.gated else 2
         # FLOPs per token per layer (all GPUs of the layer), mean over layer types.
         self.F_proj = 6.0 * A.attn_params
@@ -177,8 +179,7 @@ class Rates:
         An MoE layer's last saved tensor is its combine's, after the experts: nothing skipped."""
         A = self.c.A
         down = self.dense * 2.0 * A.h * A.f / (lay.tp * self.rate_gemm)
-        blocks = 1.0 + self.dense + (self.moe if A.shared else 0.0)
-        return down + self.tp(lay) * self.dense / (4.0 * blocks)
+        return down + self.tp(lay) * self.dense / (4.0 * self.tp_blocks)
 
     @rowwise
     def expert_gemm(self, lay: LayoutOrRows) -> np.ndarray | float:
@@ -276,9 +277,7 @@ class Rates:
     def tp_raw(self, lay: LayoutOrRows) -> np.ndarray | float:
         """AG/RS pairs with sequence parallelism (or all-reduces), forward and backward, of
         the attention block and of every dense or shared MLP (Korthikanti et al. 2022 §4)."""
-        T = lay.tp
-        A = self.c.A
-        blocks = 1.0 + self.dense + (self.moe if A.shared else 0.0)
+        T, A, blocks = lay.tp, self.c.A, self.tp_blocks
         return pick(T == 1, 0.0, blocks * 4 * A.h * self.tp_bytes * (T - 1) / T / self.bw(T))
 
     @rowwise
